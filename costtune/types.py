@@ -20,6 +20,8 @@ class Status(str, enum.Enum):
     LAUNCH_ERROR = "launch_error"
     TIMEOUT = "timeout"
     WRONG_RESULT = "wrong_result"
+    # Replay only: the recorded dataset holds no row for this (workload, config).
+    NOT_MEASURED = "not_measured"
 
     def __str__(self) -> str:
         return self.value
