@@ -1,0 +1,158 @@
+"""Collection: workloads -> measured rows -> store, resumable, one worker process per GPU.
+
+The unit of work is ``collect_workload``: a plain function from one workload (and its configs)
+to rows, so a cluster engine can schedule it. The store keeps a single writer: this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from costtune.kernels import get_family
+from costtune.types import Config, Measurement, Status, Workload
+
+
+def suite_problems(kernel: str, suite: str) -> list[dict[str, Any]]:
+    """Problems of a named suite ("train", "test") or of a JSON file holding a list of dicts."""
+    family = get_family(kernel)
+    if suite in ("train", "test"):
+        return [dict(p) for p in (family.TRAIN_SHAPES if suite == "train" else family.TEST_SHAPES)]
+    path = Path(suite)
+    if not path.is_file():
+        raise ValueError(f"--suite must be 'train', 'test' or a JSON file; {suite!r} is neither")
+    problems = json.loads(path.read_text())
+    if not isinstance(problems, list) or not all(isinstance(p, dict) for p in problems):
+        raise ValueError(f"{path}: expected a JSON list of problem dicts")
+    for p in problems:
+        missing = set(family.PROBLEM_KEYS) - set(p)
+        if missing:
+            raise ValueError(f"{path}: problem {p} lacks {sorted(missing)}")
+    return problems
+
+
+def bf16_subset(kernel: str, problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The shapes also measured in bf16: the family's BF16_SUBSET, else every 4th shape."""
+    subset = getattr(get_family(kernel), "BF16_SUBSET", None)
+    if subset is not None:
+        keys = {tuple(sorted(p.items())) for p in subset}
+        return [p for p in problems if tuple(sorted(p.items())) in keys]
+    return problems[::4]
+
+
+def suite_workloads(kernel: str, suite: str, dtypes: Iterable[str] | None = None
+                    ) -> list[Workload]:
+    """Workloads of a suite. ``dtypes=None`` means fp16 for every shape and bf16 on a subset."""
+    family = get_family(kernel)
+    problems = suite_problems(kernel, suite)
+    if dtypes is None:
+        pairs = [(p, "float16") for p in problems]
+        pairs += [(p, "bfloat16") for p in bf16_subset(kernel, problems)]
+    else:
+        dtypes = list(dtypes)
+        bad = [d for d in dtypes if d not in family.DTYPES]
+        if bad:
+            raise ValueError(f"dtype(s) {bad} not supported by {kernel}; use {family.DTYPES}")
+        pairs = [(p, d) for d in dtypes for p in problems]
+    return [Workload(kernel, {k: p[k] for k in family.PROBLEM_KEYS}, d) for p, d in pairs]
+
+
+def workload_configs(workload: Workload, *, max_configs: int | None = None,
+                     seed: int = 0) -> list[Config]:
+    space = get_family(workload.kernel).config_space(workload.sizes)
+    return space.sample(max_configs, seed=seed) if max_configs else space.configs()
+
+
+def collect_workload(workload: Workload, configs: list[Config], *, reps: int = 10,
+                     seed: int = 0, workers: int | None = None, extra: dict | None = None,
+                     progress: Callable[[Measurement], None] | None = None) -> list[dict]:
+    """Measure one workload on this process's GPU and return its rows (the unit of work)."""
+    from costtune.measure.gpu import measure_workload
+
+    ms = measure_workload(workload, configs, reps=reps, seed=seed, workers=workers,
+                          extra=extra, progress=progress)
+    return [m.as_row() for m in ms]
+
+
+def _gpu_worker_init(queue) -> None:
+    # Pin this worker to one GPU before torch initialises CUDA.
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(queue.get())
+
+
+def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: int | None = None,
+            seed: int = 0, reps: int = 10, gpus: list[int] | None = None,
+            time_budget_s: float | None = None, meta: dict | None = None,
+            progress: Callable[[Workload, Measurement | None, int], None] | None = None
+            ) -> dict[str, Any]:
+    """Measure every workload not yet stored (resume), appending one part per workload.
+
+    ``gpus``: device indices; more than one runs a worker process per GPU. ``time_budget_s``:
+    start no new workload after this many seconds (so a lease-bounded run ends cleanly).
+    Returns a summary dict.
+    """
+    from costtune.env import environment, sm_clock_mhz
+
+    t0 = time.perf_counter()
+    kernel_done: dict[str, set] = {}
+    todo: list[tuple[Workload, list[Config]]] = []
+    for w in workloads:
+        done = kernel_done.setdefault(w.kernel, store.measured_keys(w.kernel))
+        configs = [c for c in workload_configs(w, max_configs=max_configs, seed=seed)
+                   if (w.id, c.key) not in done]
+        if configs:
+            todo.append((w, configs))
+    summary = {"workloads": 0, "configs": 0, "ok": 0, "failed": 0, "skipped_workloads":
+               len(workloads) - len(todo), "stopped_early": False, "seconds": 0.0}
+    env = {**environment(), **(meta or {})}
+
+    def store_rows(w: Workload, rows: list[dict], clock_start) -> None:
+        part_meta = {**env, "sm_clock_start_mhz": clock_start, "sm_clock_end_mhz": sm_clock_mhz(),
+                     "workload": w.id}
+        store.append(rows, meta=part_meta)
+        n_ok = sum(r["status"] == Status.OK.value for r in rows)
+        summary["workloads"] += 1
+        summary["configs"] += len(rows)
+        summary["ok"] += n_ok
+        summary["failed"] += len(rows) - n_ok
+
+    def over_budget() -> bool:
+        return time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
+
+    extra = {"suite": suite}
+    if not gpus or len(gpus) == 1:
+        for w, configs in todo:
+            if over_budget():
+                summary["stopped_early"] = True
+                break
+            cb = (lambda m, w=w, n=len(configs): progress(w, m, n)) if progress else None
+            if progress:
+                progress(w, None, len(configs))
+            clock = sm_clock_mhz()
+            rows = collect_workload(w, configs, reps=reps, seed=seed, extra=extra, progress=cb)
+            store_rows(w, rows, clock)
+    else:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        queue = ctx.Manager().Queue()
+        for g in gpus:
+            queue.put(g)
+        cores = max(1, (os.cpu_count() or 1) // len(gpus))
+        with ProcessPoolExecutor(len(gpus), mp_context=ctx, initializer=_gpu_worker_init,
+                                 initargs=(queue,)) as pool:
+            futs = {pool.submit(collect_workload, w, cs, reps=reps, seed=seed, workers=cores,
+                                extra=extra): w for w, cs in todo}
+            for fut in as_completed(futs):
+                w = futs[fut]
+                rows = fut.result()
+                store_rows(w, rows, None)
+                if progress:
+                    progress(w, None, -len(rows))
+    summary["seconds"] = time.perf_counter() - t0
+    return summary
+

@@ -1,0 +1,115 @@
+"""Parallel precompilation: fill Triton's on-disk cache from a process pool before timing.
+
+Cold ``triton.autotune`` spends most of its time compiling configs one after another. Here spawned
+workers call ``warmup`` on every config at once; the measuring process then loads each kernel from
+Triton's disk cache. Workers see tensors only through their shapes, strides and dtypes (empty CPU
+tensors): Triton specializes on sizes, strides and 16-byte pointer alignment, all of which match.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from costtune.types import Config, Status, Workload
+
+_POOL: ProcessPoolExecutor | None = None
+_POOL_SIZE = 0
+
+
+@dataclass
+class CompileResult:
+    status: Status
+    seconds: float
+    error: str = ""
+
+
+def tensor_specs(inputs: dict[str, Any]) -> dict[str, tuple]:
+    """Shape, stride and dtype of each input tensor: what a compile worker needs to rebuild them."""
+    return {k: (tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."))
+            for k, t in inputs.items()}
+
+
+def classify_error(exc: BaseException) -> Status:
+    """Map a compile or launch exception to a Status (failures are data, not crashes)."""
+    from triton.runtime.errors import OutOfResources, PTXASError
+
+    if isinstance(exc, OutOfResources):
+        return Status.OUT_OF_RESOURCES
+    if isinstance(exc, PTXASError) or "ptxas" in str(exc).lower():
+        return Status.PTXAS_ERROR
+    if "out of resource" in str(exc).lower():
+        return Status.OUT_OF_RESOURCES
+    return Status.COMPILE_ERROR
+
+
+def error_text(exc: BaseException, limit: int = 600) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def compile_config(kernel: str, specs: dict[str, tuple], config: dict[str, Any]) -> CompileResult:
+    """Compile one config in this process (a pool worker) through the family's own launches."""
+    import torch
+
+    from costtune.kernels import get_family
+
+    family = get_family(kernel)
+    inputs = {k: torch.empty_strided(shape, stride, dtype=getattr(torch, dt))
+              for k, (shape, stride, dt) in specs.items()}
+    start = time.perf_counter()
+    try:
+        for call in family.kernel_calls(inputs, Config.from_dict(config)):
+            call.warmup()
+    except Exception as exc:  # every compile failure becomes a row
+        return CompileResult(classify_error(exc), time.perf_counter() - start, error_text(exc))
+    return CompileResult(Status.OK, time.perf_counter() - start)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    # One long-lived pool: worker start-up (torch import, CUDA init) is paid once per collection.
+    global _POOL, _POOL_SIZE
+    if _POOL is None or _POOL_SIZE != workers:
+        shutdown_pool()
+        _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+        _POOL_SIZE = workers
+    return _POOL
+
+
+def shutdown_pool() -> None:
+    global _POOL
+    if _POOL is not None:
+        _POOL.shutdown(wait=False, cancel_futures=True)
+        _POOL = None
+
+
+def precompile(workload: Workload, configs: list[Config], inputs: dict[str, Any], *,
+               workers: int | None = None, timeout_s: float = 300.0) -> dict[str, CompileResult]:
+    """Compile every config of ``workload`` on ``workers`` processes (default: all cores).
+
+    Returns ``{config.key: CompileResult}``; a compile that outlives ``timeout_s`` is a TIMEOUT row.
+    ``workers=0`` compiles in this process (no pool), which is what a CPU test can afford.
+    """
+    specs = tensor_specs(inputs)
+    if workers == 0:
+        return {c.key: compile_config(workload.kernel, specs, c.as_dict()) for c in configs}
+    pool = _pool(workers or os.cpu_count() or 1)
+    futures = {c.key: pool.submit(compile_config, workload.kernel, specs, c.as_dict())
+               for c in configs}
+    deadline = time.monotonic() + timeout_s
+    out: dict[str, CompileResult] = {}
+    for key, fut in futures.items():
+        try:
+            out[key] = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            out[key] = CompileResult(Status.TIMEOUT, timeout_s, f"compile exceeded {timeout_s:.0f}s")
+        except Exception as exc:  # a worker died (e.g. segfault in the compiler)
+            out[key] = CompileResult(Status.COMPILE_ERROR, float("nan"), error_text(exc))
+    if any(r.status is Status.TIMEOUT or r.error.startswith("BrokenProcessPool")
+           for r in out.values()):
+        shutdown_pool()  # a stuck or dead pool can't be reused
+    return out

@@ -1,0 +1,202 @@
+"""GPU runner: precompile, check every config against the reference, time GPU-only.
+
+Timing: each config's launch is captured ``reps`` times in one CUDA graph, each rep preceded by an
+L2 flush (zeroing a buffer twice the L2 size) and bracketed by external events, so host launch
+overhead is gone and every rep starts with a cold L2. The torch equivalent (cuBLAS, torch.softmax,
+SDPA flash) is timed the same way in the same run: the model learns speed relative to the
+workload's best, and the reference op anchors runs made on different days.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from costtune.compile import CompileResult, classify_error, error_text, precompile
+from costtune.kernels import get_family, relative_error
+from costtune.types import Config, Measurement, Status, Workload
+
+TIMING_METHOD = "cuda-graph replay, L2 flushed before each rep, external events per rep"
+
+
+class ContextLost(RuntimeError):
+    """The CUDA context is unusable (e.g. an illegal address): this process can't measure on."""
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    pos = q * (len(xs) - 1)
+    lo, hi = int(pos), min(int(pos) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def make_flush_buffer(device: Any = None):
+    import torch
+
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size or 64 * 2**20
+    return torch.empty(max(2 * l2, 64 * 2**20), dtype=torch.int8, device=device)
+
+
+def time_graph(fn: Callable[[], Any], *, reps: int, flush) -> tuple[list[float], str]:
+    """Per-rep GPU times (ms) of ``fn`` from one CUDA graph; falls back to eager launches with
+    the same flush and events when ``fn`` can't be captured. Returns (times, method)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # lazy init and allocator warm-up must happen outside capture
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(reps)]
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for s, e in zip(starts, ends):
+                flush.zero_()
+                s.record()
+                fn()
+                e.record()
+        graph.replay()  # first replay uploads the graph and warms clocks
+        graph.replay()
+        torch.cuda.synchronize()
+        times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        del graph
+        return times, "graph"
+    except Exception:
+        torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        flush.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)], "eager"
+
+
+def _context_alive() -> bool:
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device="cuda").add_(1).item()
+        return True
+    except Exception:
+        return False
+
+
+def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol: float
+                   ) -> dict[str, Any]:
+    """Run one config once against the reference, then time it if correct.
+
+    Returns the Measurement fields as a dict; raises ContextLost when the launch broke CUDA.
+    """
+    import torch
+
+    # Poison the allocator block the output will likely reuse, so an unwritten output can't
+    # pass the check with a previous config's result.
+    poison = torch.full(ref.shape, float("nan"), dtype=inputs[next(iter(inputs))].dtype,
+                        device=ref.device)
+    del poison
+    try:
+        out = family.launch(inputs, config)
+        torch.cuda.synchronize()
+    except Exception as exc:
+        if not _context_alive():
+            raise ContextLost(error_text(exc)) from exc
+        status = classify_error(exc)
+        if status is Status.COMPILE_ERROR:
+            status = Status.LAUNCH_ERROR
+        return {"status": status, "error": error_text(exc)}
+    err = relative_error(out, ref)
+    del out
+    if not err <= tol:
+        return {"status": Status.WRONG_RESULT, "rel_err": err,
+                "error": f"relative error {err:.3g} > tolerance {tol:.3g}"}
+    times, method = time_graph(lambda: family.launch(inputs, config), reps=reps, flush=flush)
+    return {"status": Status.OK, "rel_err": err, "time_ms": statistics.median(times),
+            "time_p20_ms": _quantile(times, 0.2), "time_p80_ms": _quantile(times, 0.8),
+            "extra": {"timing": method}}
+
+
+def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 10,
+                     retime_fraction: float = 0.05, seed: int = 0, workers: int | None = None,
+                     extra: dict[str, Any] | None = None,
+                     progress: Callable[[Measurement], None] | None = None) -> list[Measurement]:
+    """Measure every config of one workload in one uninterrupted run on the current GPU.
+
+    Precompiles in parallel, checks each config's output, times the correct ones, re-times a
+    random ``retime_fraction`` of them in a second pass (``retime_ms``), and times the torch
+    equivalent (``ref_time_ms``). Failures come back as Measurements with a status.
+    """
+    import torch
+
+    family = get_family(workload.kernel)
+    device = torch.device("cuda", torch.cuda.current_device())
+    inputs = family.make_inputs(workload.sizes, workload.dtype, seed=seed, device=device)
+    ref = family.reference(inputs)
+    tol = family.TOLERANCE[workload.dtype]
+    flush = make_flush_buffer(device)
+    run_id = uuid.uuid4().hex[:12]
+    common = {"run_id": run_id, "n_reps": reps, "gpu": torch.cuda.get_device_name(device),
+              **(extra or {})}
+
+    t0 = time.perf_counter()
+    compiled = precompile(workload, configs, inputs, workers=workers)
+    compile_wall = time.perf_counter() - t0
+
+    ref_times, _ = time_graph(lambda: family.torch_op(inputs), reps=reps, flush=flush)
+    common["ref_time_ms"] = statistics.median(ref_times)
+
+    order = list(configs)
+    random.Random(seed).shuffle(order)  # spread slow drift (clocks, heat) over the space
+    results: dict[str, Measurement] = {}
+    for config in order:
+        comp: CompileResult = compiled[config.key]
+        if comp.status is not Status.OK:
+            m = Measurement(workload, config, comp.status, compile_s=comp.seconds,
+                            error=comp.error, extra=dict(common))
+        else:
+            fields = check_and_time(family, inputs, ref, config, reps=reps, flush=flush, tol=tol)
+            m = Measurement(workload, config, fields.pop("status"), compile_s=comp.seconds,
+                            extra={**common, **fields.pop("extra", {})}, **fields)
+        results[config.key] = m
+        if progress is not None:
+            progress(m)
+
+    ok = [k for k, m in results.items() if m.status is Status.OK]
+    rng = random.Random(seed + 1)
+    for key in rng.sample(ok, min(len(ok), max(1, round(retime_fraction * len(ok))))):
+        times, _ = time_graph(lambda c=results[key].config: family.launch(inputs, c), reps=reps,
+                              flush=flush)
+        results[key].extra["retime_ms"] = statistics.median(times)
+    wall = time.perf_counter() - t0
+    for m in results.values():
+        m.extra.setdefault("retime_ms", float("nan"))
+        m.extra["workload_wall_s"] = wall
+        m.extra["workload_compile_wall_s"] = compile_wall
+    del inputs, ref, flush
+    torch.cuda.empty_cache()
+    return [results[c.key] for c in configs]
+
+
+class GpuRunner:
+    """Runner interface over the GPU (same ``measure`` as ``ReplayRunner``)."""
+
+    def __init__(self, *, reps: int = 10, workers: int | None = None, seed: int = 0) -> None:
+        self.reps = reps
+        self.workers = workers
+        self.seed = seed
+        self.n_measured = 0
+
+    def measure(self, workload: Workload, configs: list[Config]) -> list[Measurement]:
+        self.n_measured += len(configs)
+        return measure_workload(workload, configs, reps=self.reps, workers=self.workers,
+                                seed=self.seed, retime_fraction=0.0)
