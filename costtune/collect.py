@@ -149,6 +149,12 @@ def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: i
                                 extra=extra): w for w, cs in todo}
             for fut in as_completed(futs):
                 w = futs[fut]
+                if over_budget() and not summary["stopped_early"]:
+                    summary["stopped_early"] = True
+                    for f in futs:  # workloads not yet started stay for the next run
+                        f.cancel()
+                if fut.cancelled():
+                    continue
                 rows = fut.result()
                 store_rows(w, rows, None)
                 if progress:
