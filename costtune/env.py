@@ -1,0 +1,164 @@
+"""Where a measurement was taken: GPU, clocks, driver, library versions, code commit.
+
+``environment()`` is the ``meta`` a collector hands to ``Store.append``; call ``sm_clock_mhz()``
+again at the end of a run to record clock drift. Nothing heavy happens at import.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+_SMI_TIMEOUT_S = 10.0
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def environment(device: Any = None) -> dict[str, Any]:
+    """Describe the machine and software for ``device`` (a CUDA index, "cuda:1" or
+    torch.device; None = the current device).
+
+    On a CPU-only machine the GPU fields read ``gpu="cpu"`` and None.
+
+    >>> env = environment()
+    >>> env["gpu"] == "cpu" or env["sm_count"] > 0
+    True
+    """
+    gpu = _gpu_info(device)
+    smi_id = gpu.pop("smi_id")
+    smi = _nvidia_smi(["driver_version", "clocks.sm"], smi_id) if smi_id is not None else None
+    commit, dirty = git_state()
+    return {
+        **gpu,
+        "driver": smi[0] if smi else None,
+        "cuda": _torch_cuda_version(),
+        "torch": _version("torch"),
+        "triton": _version("triton"),
+        "python": platform.python_version(),
+        "numpy": _version("numpy"),
+        "hostname": socket.gethostname(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "costtune_commit": commit,
+        "costtune_dirty": dirty,
+        "sm_clock_mhz": _to_int(smi[1]) if smi else None,
+        "command": shlex.join(sys.argv),
+    }
+
+
+def sm_clock_mhz(device: int | str | None = None) -> int | None:
+    """Current SM clock of ``device`` in MHz from nvidia-smi; None when it cannot be read.
+
+    ``device``: a CUDA index (mapped through CUDA_VISIBLE_DEVICES), or an nvidia-smi id such as
+    a ``GPU-<uuid>`` string.
+
+    >>> sm_clock_mhz() is None or sm_clock_mhz() > 0
+    True
+    """
+    out = _nvidia_smi(["clocks.sm"], _smi_id(device))
+    return _to_int(out[0]) if out else None
+
+
+def git_state(path: str | os.PathLike | None = None) -> tuple[str, bool | None]:
+    """(HEAD commit, uncommitted changes?) of the repo holding the costtune package; ("", None)
+    when the package is not in a git checkout (e.g. installed from a wheel)."""
+    pkg = Path(path) if path is not None else _PACKAGE_DIR
+    top = _git(pkg, "rev-parse", "--show-toplevel")
+    # An installed copy may sit inside some unrelated repo (a venv in a project): ignore that.
+    if not top or not (Path(top) / pkg.name).resolve() == pkg.resolve():
+        return "", None
+    commit = _git(pkg, "rev-parse", "HEAD") or ""
+    status = _git(pkg, "status", "--porcelain", "--untracked-files=no")
+    return commit, (bool(status) if status is not None else None)
+
+
+def _gpu_info(device: int | str | None) -> dict[str, Any]:
+    info: dict[str, Any] = {"gpu": "cpu", "gpu_uuid": None, "sm_count": None,
+                            "compute_capability": None, "smi_id": None}
+    torch = _torch_if_cuda()
+    if torch is None:
+        return info
+    if isinstance(device, int):
+        index = device
+    else:
+        dev = torch.device(device) if device is not None else None
+        index = dev.index if dev is not None and dev.index is not None else (
+            torch.cuda.current_device())
+    props = torch.cuda.get_device_properties(index)
+    uuid = getattr(props, "uuid", None)
+    info.update(gpu=props.name, sm_count=props.multi_processor_count,
+                compute_capability=f"{props.major}.{props.minor}",
+                gpu_uuid=f"GPU-{uuid}" if uuid is not None else None)
+    info["smi_id"] = info["gpu_uuid"] or _smi_id(index)
+    return info
+
+
+def _torch_if_cuda():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _torch_cuda_version() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.version.cuda
+
+
+def _smi_id(device: int | str | None) -> str:
+    """nvidia-smi's -i argument for a CUDA index, honouring CUDA_VISIBLE_DEVICES."""
+    if isinstance(device, str):
+        device = device.removeprefix("cuda:").removeprefix("cuda")
+        if not device.isdigit() and device:
+            return device
+    index = int(device or 0)
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+               if v.strip()]
+    return visible[index] if index < len(visible) else str(index)
+
+
+def _nvidia_smi(fields: list[str], smi_id: str) -> list[str] | None:
+    cmd = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
+           "-i", smi_id]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=_SMI_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = res.stdout.strip().splitlines()
+    if res.returncode != 0 or not lines:
+        return None
+    values = [v.strip() for v in lines[0].split(",")]
+    return values if len(values) == len(fields) else None
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    try:
+        res = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _to_int(text: str) -> int | None:
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
