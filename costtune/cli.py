@@ -6,7 +6,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -48,8 +47,14 @@ def kernels(check: bool = typer.Option(False, "--check", help="run every kernel 
 
 
 def _progress_printer():
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("fail {task.fields[failed]}"), TimeElapsedColumn(),
@@ -74,13 +79,13 @@ def _progress_printer():
 def collect(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
             suite: str = typer.Option("train", help="train | test | a JSON file of problems"),
             out: Path = typer.Option(Path("datasets/h200"), help="store root"),
-            dtype: Optional[list[str]] = typer.Option(None, help="dtype(s); default fp16 on all "
+            dtype: list[str] | None = typer.Option(None, help="dtype(s); default fp16 on all "
                                                       "shapes plus bf16 on a subset"),
-            max_configs: Optional[int] = typer.Option(None, help="sample N configs per shape"),
+            max_configs: int | None = typer.Option(None, help="sample N configs per shape"),
             seed: int = 0, reps: int = typer.Option(10, help="timed reps per config"),
-            gpus: Optional[str] = typer.Option(None, help="comma-separated GPU indices "
+            gpus: str | None = typer.Option(None, help="comma-separated GPU indices "
                                                "(default: all visible)"),
-            time_budget: Optional[float] = typer.Option(None, help="start no new workload "
+            time_budget: float | None = typer.Option(None, help="start no new workload "
                                                         "after this many seconds")) -> None:
     """Measure every config of every workload of a suite on the GPU(s); resumes."""
     import torch
@@ -107,7 +112,8 @@ def collect(kernel: str = typer.Argument(..., help="gemm | softmax | attention")
                               meta=meta, progress=update)
     rate = summary["configs"] / summary["seconds"] if summary["seconds"] else 0.0
     console.print(f"{kernel}/{suite}: {summary['workloads']} workloads measured "
-                  f"({summary['skipped_workloads']} already stored), {summary['configs']} configs, "
+                  f"({summary['skipped_workloads']} already stored), "
+                  f"{summary['configs']} configs, "
                   f"{summary['ok']} ok, {summary['failed']} failed, {summary['seconds']:.0f} s, "
                   f"{rate:.1f} configs/s" + (" [yellow](stopped at time budget)[/]"
                                              if summary["stopped_early"] else ""))

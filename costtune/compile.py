@@ -11,7 +11,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, TimeoutError as FutureTimeout
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +29,21 @@ class CompileResult:
     error: str = ""
 
 
-def tensor_specs(inputs: dict[str, Any]) -> dict[str, tuple]:
-    """Shape, stride and dtype of each input tensor: what a compile worker needs to rebuild them."""
-    return {k: (tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."))
-            for k, t in inputs.items()}
+def tensor_specs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Shape, stride and dtype of each input tensor (what a compile worker needs to rebuild it);
+    non-tensor inputs (flags, scalars) pass through as they are."""
+    import torch
+
+    return {k: ("tensor", tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."))
+            if isinstance(t, torch.Tensor) else ("value", t) for k, t in inputs.items()}
+
+
+def rebuild_inputs(specs: dict[str, Any]) -> dict[str, Any]:
+    """Empty CPU tensors with the specs' shapes and strides (untouched pages cost nothing)."""
+    import torch
+
+    return {k: torch.empty_strided(s[1], s[2], dtype=getattr(torch, s[3])) if s[0] == "tensor"
+            else s[1] for k, s in specs.items()}
 
 
 def classify_error(exc: BaseException) -> Status:
@@ -54,13 +66,10 @@ def error_text(exc: BaseException, limit: int = 600) -> str:
 
 def compile_config(kernel: str, specs: dict[str, tuple], config: dict[str, Any]) -> CompileResult:
     """Compile one config in this process (a pool worker) through the family's own launches."""
-    import torch
-
     from costtune.kernels import get_family
 
     family = get_family(kernel)
-    inputs = {k: torch.empty_strided(shape, stride, dtype=getattr(torch, dt))
-              for k, (shape, stride, dt) in specs.items()}
+    inputs = rebuild_inputs(specs)
     start = time.perf_counter()
     try:
         for call in family.kernel_calls(inputs, Config.from_dict(config)):
@@ -91,7 +100,7 @@ def precompile(workload: Workload, configs: list[Config], inputs: dict[str, Any]
                workers: int | None = None, timeout_s: float = 300.0) -> dict[str, CompileResult]:
     """Compile every config of ``workload`` on ``workers`` processes (default: all cores).
 
-    Returns ``{config.key: CompileResult}``; a compile that outlives ``timeout_s`` is a TIMEOUT row.
+    Returns ``{config.key: CompileResult}``; a compile outliving ``timeout_s`` is a TIMEOUT row.
     ``workers=0`` compiles in this process (no pool), which is what a CPU test can afford.
     """
     specs = tensor_specs(inputs)
@@ -106,7 +115,8 @@ def precompile(workload: Workload, configs: list[Config], inputs: dict[str, Any]
         try:
             out[key] = fut.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
-            out[key] = CompileResult(Status.TIMEOUT, timeout_s, f"compile exceeded {timeout_s:.0f}s")
+            out[key] = CompileResult(Status.TIMEOUT, timeout_s,
+                                     f"compile exceeded {timeout_s:.0f}s")
         except Exception as exc:  # a worker died (e.g. segfault in the compiler)
             out[key] = CompileResult(Status.COMPILE_ERROR, float("nan"), error_text(exc))
     if any(r.status is Status.TIMEOUT or r.error.startswith("BrokenProcessPool")

@@ -64,11 +64,12 @@ def test_causal_skips_blocks_past_the_diagonal():
 
 
 def test_causal_flag_survives_rebuild_from_shapes():
-    # Compile workers rebuild inputs with empty_strided; the flag must come back the same.
+    # Compile workers rebuild inputs from specs; the flag must come back the same.
+    from costtune.compile import rebuild_inputs, tensor_specs
+
     for causal in (0, 1):
         inputs = at.make_inputs(prob(1, 1, 20, 64, causal), "float16")
-        rebuilt = {k: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
-                   for k, t in inputs.items()}
+        rebuilt = rebuild_inputs(tensor_specs(inputs))
         for ins in (inputs, rebuilt):
             assert at.kernel_calls(ins, cfg(64, 32))[0].kwargs["CAUSAL"] is bool(causal)
 

@@ -3,12 +3,12 @@
 Every family module defines the same plain names, so the runner, features and model stay generic:
 
 - ``NAME`` ("gemm"), ``PROBLEM_KEYS`` (("M", "N", "K")), ``DTYPES`` (torch dtype names)
-- ``TRAIN_SHAPES`` / ``TEST_SHAPES``: disjoint lists of problem dicts (``{"M": .., "N": .., "K": ..}``)
+- ``TRAIN_SHAPES`` / ``TEST_SHAPES``: disjoint lists of problem dicts (``{"M": .., ...}``)
 - ``make_inputs(problem, dtype, *, seed=0, device="cpu") -> dict[str, Tensor]``
 - ``reference(inputs) -> Tensor``: fp32 result computed by torch in fp32
 - ``torch_op(inputs) -> Tensor``: the fast torch equivalent timed beside our configs
-- ``grid(problem, config) -> tuple[int, ...]``: launch grid of the main Triton kernel (no tensors needed)
-- ``kernel_calls(inputs, config) -> list[KernelCall]``: the exact Triton launches ``launch`` makes
+- ``grid(problem, config) -> tuple[int, ...]``: the main kernel's launch grid (no tensors needed)
+- ``kernel_calls(inputs, config) -> list[KernelCall]``: the Triton launches ``launch`` makes
 - ``launch(inputs, config) -> Tensor``: runs the kernel (validates inputs: ValueError naming the arg)
 - ``flops(problem)``, ``min_bytes(problem, dtype)``
 - ``config_space(problem=None) -> ConfigSpace``: the default space; shape constraints when given

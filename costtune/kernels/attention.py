@@ -6,10 +6,8 @@ blocks through an online softmax (running max and sum, exp2 with log2(e) folded 
 fp32 accumulators). Causal programs stop at their diagonal and mask only the diagonal blocks.
 
 ``inputs`` is ``{"q", "k", "v"}`` of shape (B, H, S, D), D in {64, 128}, any strides, plus
-``"causal"`` and optionally ``"out"`` to write into. ``make_inputs`` gives ``causal`` as a 1-D
-tensor whose *length* is the flag (1 causal, 0 not): compile workers rebuild inputs from shape,
-stride and dtype only (``costtune.compile.tensor_specs``), which keeps a length but not a value.
-A bool, an int or a 0-dim tensor is accepted too; absent means not causal.
+``"causal"`` (a bool; an int or a 0-dim tensor is accepted too; absent means not causal) and
+optionally ``"out"`` to write into.
 
 >>> from costtune.kernels import attention
 >>> p = {"B": 1, "H": 2, "S": 40, "D": 64, "causal": 1}
@@ -217,13 +215,13 @@ def _config_values(config: Config | dict[str, Any]) -> dict[str, int]:
 def make_inputs(problem: dict[str, Any], dtype: str, *, seed: int = 0,
                 device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """q, k, v ~ N(0, 1) from a seeded CPU generator (CPU and GPU inputs match), and the
-    causal flag as a length-0/1 tensor."""
+    causal flag as a bool."""
     b, h, s, d, causal = _sizes(problem)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     dt = dtype_of(dtype)
     out = {name: torch.randn(b, h, s, d, generator=gen).to(dt).to(device)
            for name in ("q", "k", "v")}
-    out["causal"] = torch.ones(int(causal), dtype=torch.int8, device=device)
+    out["causal"] = bool(causal)
     return out
 
 
@@ -233,10 +231,8 @@ def _causal(inputs: dict[str, Any]) -> bool:
         return bool(c)
     if c.ndim == 0:
         return bool(c.item())
-    if c.ndim == 1 and c.numel() <= 1:
-        return c.numel() == 1
-    raise ValueError(f"causal must be a bool, a 0-dim tensor or a length-0/1 flag tensor, "
-                     f"got shape {tuple(c.shape)}")
+    raise ValueError(f"causal must be a bool, an int or a 0-dim tensor, got shape "
+                     f"{tuple(c.shape)}")
 
 
 def reference(inputs: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -182,7 +182,6 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
         m.extra.setdefault("retime_ms", float("nan"))
         m.extra["workload_wall_s"] = wall
         m.extra["workload_compile_wall_s"] = compile_wall
-    del inputs, ref, flush
     torch.cuda.empty_cache()
     return [results[c.key] for c in configs]
 

@@ -1,0 +1,317 @@
+"""Compiled features per (workload, config): registers, spills, shared memory, instruction counts.
+
+Every row's launches are specialized exactly as the JIT would on the GPU (see ``aot``), compiled
+for ``sm_<arch>`` on the CPU, and parsed. Distinct compile jobs run once even when many rows
+share them (many shapes share a specialization), in a spawned process pool, with results cached
+as small JSON files keyed by kernel source hash, specialization, options, arch and triton version.
+
+>>> import pandas as pd
+>>> df = pd.DataFrame([{"kernel": "softmax", "workload": "w", "dtype": "float16",
+...     "rows": 100, "cols": 1000,
+...     "config": "BLOCK_N=1024,ROWS_PER_PROG=1,num_warps=4,num_stages=1"}])
+>>> compiled_features(df, workers=1)[["compile_status", "n_regs"]]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from costtune.features.aot import (
+    REGS_PER_SM,
+    CompileJob,
+    classify_error,
+    compile_job,
+    regs_per_warp,
+    specialize,
+)
+from costtune.features.asm import PTX_FEATURES, RESOURCE_FEATURES, SASS_FEATURES
+from costtune.features.static import parse_config_key
+from costtune.types import Config, Status
+
+log = logging.getLogger(__name__)
+
+COMPILED_FEATURES: list[str] = [
+    *RESOURCE_FEATURES, "n_spills", "shared_bytes", "ctas_per_sm", "occupancy", "n_launches",
+    *PTX_FEATURES, *SASS_FEATURES,
+]
+KEY_COLUMNS = ("workload", "config")
+
+# Shared memory per SM (the per-block opt-in limit plus 1 KiB the driver reserves per block).
+_SM_SHARED = {80: 167936, 86: 102400, 87: 167936, 89: 102400, 90: 233472, 100: 233472,
+              120: 102400}
+_MAX_WARPS_PER_SM = 64
+_MAX_CTAS_PER_SM = 32
+
+
+def default_cache_dir() -> Path:
+    """``$COSTTUNE_CACHE`` or ``~/.cache/costtune/features``."""
+    env = os.environ.get("COSTTUNE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "costtune" / "features"
+
+
+def workload_problem(family: Any, row: pd.Series | dict) -> dict[str, Any]:
+    """The family's problem dict from a dataset row (nullable ints and floats made plain)."""
+    out = {}
+    for key in family.PROBLEM_KEYS:
+        v = row[key]
+        if isinstance(v, (bool, np.bool_)):
+            out[key] = bool(v)
+        else:
+            f = float(v)
+            out[key] = int(f) if f.is_integer() else f
+    return out
+
+
+def meta_inputs(family: Any, problem: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """The family's inputs as ``meta`` tensors: same shapes, strides, dtypes and storage offsets
+    (which set pointer alignment), no memory held."""
+    import torch
+
+    inputs = family.make_inputs(problem, dtype, seed=0, device="cpu")
+    out = {}
+    for name, t in inputs.items():
+        if isinstance(t, torch.Tensor):
+            base = torch.empty(t.untyped_storage().nbytes() // t.element_size(), dtype=t.dtype,
+                               device="meta")
+            t = base.as_strided(t.shape, t.stride(), t.storage_offset())
+        out[name] = t
+    return out
+
+
+def launch_jobs(kernel: str, problem: dict[str, Any], dtype: str, config: Config | str, *,
+                arch: int = 90, inputs: dict[str, Any] | None = None
+                ) -> tuple[list[CompileJob], int]:
+    """Compile jobs of every launch one (workload, config) makes, and the main launch's index
+    (the one whose grid is the family's ``grid(problem, config)``)."""
+    from costtune.kernels import get_family
+
+    family = get_family(kernel)
+    config = parse_config_key(config) if isinstance(config, str) else config
+    if inputs is None:
+        inputs = meta_inputs(family, problem, dtype)
+    calls = family.kernel_calls(inputs, config)
+    if not calls:
+        raise ValueError(f"{kernel}.kernel_calls made no launch for {config.key}")
+    main_grid = tuple(family.grid(problem, config))
+    main = next((i for i, c in enumerate(calls) if tuple(c.grid) == main_grid), 0)
+    return [specialize(c, arch=arch) for c in calls], main
+
+
+def compiled_features(df: pd.DataFrame, *, arch: int = 90, workers: int | None = None,
+                      cache_dir: str | os.PathLike | None = None,
+                      sass: bool = True) -> pd.DataFrame:
+    """One row per distinct (workload, config) of ``df``: ``compile_status``, ``compile_error``,
+    ``compile_s``, ``compile_key`` and ``COMPILED_FEATURES`` (NaN where the compile failed).
+
+    ``workers``: processes (default: all cores; 1 compiles in this process, unless this
+    process runs Triton's interpreter, whose kernels cannot compile: then in one worker).
+    """
+    keys = df.drop_duplicates(list(KEY_COLUMNS)).reset_index(drop=True)
+    workers = max(1, workers or os.cpu_count() or 1)
+    pool = _pool(workers) if _interpreting() else None
+    try:
+        if pool is not None:
+            row_jobs = pool.submit(rows_to_jobs, keys, arch).result()
+        else:
+            row_jobs = rows_to_jobs(keys, arch)
+        jobs = {j.key: j for item in row_jobs if not isinstance(item, str) for j in item[0]}
+        records = compile_jobs(list(jobs.values()), workers=workers, cache_dir=cache_dir,
+                               sass=sass, pool=pool)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    out = [_row_features(item, records) for item in row_jobs]
+    table = pd.DataFrame(out, columns=["compile_status", "compile_error", "compile_s",
+                                       "compile_key", *COMPILED_FEATURES])
+    table.insert(0, "config", keys["config"].to_numpy())
+    table.insert(0, "workload", keys["workload"].to_numpy())
+    return table
+
+
+def rows_to_jobs(keys: pd.DataFrame, arch: int) -> list[tuple[list[CompileJob], int] | str]:
+    """Per row of ``keys``: (compile jobs, main launch index), or "status\terror" text."""
+    by_index: dict[int, tuple[list[CompileJob], int] | str] = {}
+    for _, group in keys.groupby("workload", sort=False):
+        by_index.update(zip(group.index, _workload_jobs(group, arch), strict=True))
+    return [by_index[i] for i in keys.index]
+
+
+def _interpreting() -> bool:
+    # Under TRITON_INTERPRET=1 (the CPU test setup) @triton.jit makes interpreter functions,
+    # which neither specialize nor compile; spawned workers without the variable can.
+    from triton import knobs
+
+    return bool(knobs.runtime.interpret)
+
+
+_LIBRARIES = frozenset({"torch", "triton", "numpy", "pandas", "pyarrow"})
+
+
+def _clean_worker() -> None:
+    os.environ.pop("TRITON_INTERPRET", None)
+    if "triton" not in sys.modules:
+        return
+    # Modules the spawn bootstrap already imported (the parent's main script may import the
+    # kernels) hold interpreter functions: re-run them so their @triton.jit makes JITFunctions.
+    from triton.runtime.interpreter import InterpretedFunction
+
+    for name, module in list(sys.modules.items()):
+        if name in ("__main__", "__mp_main__") or name.split(".")[0] in _LIBRARIES:
+            continue
+        if any(type(v) is InterpretedFunction for v in list(vars(module).values())):
+            importlib.reload(module)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                               initializer=_clean_worker)
+
+
+def _workload_jobs(group: pd.DataFrame, arch: int) -> list[tuple[list[CompileJob], int] | str]:
+    from costtune.kernels import get_family
+
+    first = group.iloc[0]
+    try:
+        family = get_family(str(first["kernel"]))
+        problem = workload_problem(family, first)
+        inputs = meta_inputs(family, problem, str(first["dtype"]))
+    except Exception as exc:  # a bad workload fails its rows, not the batch
+        return [f"{Status.COMPILE_ERROR.value}\t{type(exc).__name__}: {exc}"] * len(group)
+    out: list[tuple[list[CompileJob], int] | str] = []
+    for key in group["config"]:
+        try:
+            out.append(launch_jobs(family.NAME, problem, str(first["dtype"]), key, arch=arch,
+                                   inputs=inputs))
+        except Exception as exc:
+            out.append(f"{classify_error(exc).value}\t{type(exc).__name__}: {exc}")
+    return out
+
+
+def _row_features(item: tuple[list[CompileJob], int] | str,
+                  records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    if isinstance(item, str):
+        status, _, error = item.partition("\t")
+        return {"compile_status": status, "compile_error": error[:600]}
+    jobs, main = item
+    recs = [records[j.key] for j in jobs]
+    bad = next((r for r in recs if r["status"] != Status.OK.value), None)
+    rec = recs[main]
+    row = {k: rec.get(k, np.nan) for k in COMPILED_FEATURES}
+    row.update(compile_status=(bad or rec)["status"], compile_error=(bad or rec)["error"],
+               compile_s=sum(r.get("compile_s", np.nan) for r in recs),
+               compile_key=jobs[main].key, n_launches=len(jobs))
+    if "n_regs" in rec:
+        row.update(_occupancy(rec, num_warps=jobs[main].options["num_warps"],
+                              arch=jobs[main].arch))
+    return row
+
+
+def _occupancy(rec: dict[str, Any], *, num_warps: int, arch: int) -> dict[str, Any]:
+    """Resident programs per SM from registers, shared memory and warp slots."""
+    limits = [_MAX_CTAS_PER_SM, _MAX_WARPS_PER_SM // num_warps,
+              REGS_PER_SM // max(1, regs_per_warp(rec["n_regs"]) * num_warps)]
+    if rec["shared_bytes"] > 0 and arch in _SM_SHARED:
+        limits.append(_SM_SHARED[arch] // (rec["shared_bytes"] + 1024))
+    ctas = max(0, min(limits))
+    return {"n_spills": (rec["stack_bytes"] + rec["local_bytes"]) // 4, "ctas_per_sm": ctas,
+            "occupancy": ctas * num_warps / _MAX_WARPS_PER_SM}
+
+
+def compile_jobs(jobs: Sequence[CompileJob], *, workers: int | None = None,
+                 cache_dir: str | os.PathLike | None = None, sass: bool = True,
+                 pool: ProcessPoolExecutor | None = None) -> dict[str, dict[str, Any]]:
+    """``{job.key: record}`` for every job: from the disk cache, else compiled (in a pool)."""
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    records: dict[str, dict[str, Any]] = {}
+    todo = []
+    for job in jobs:
+        rec = _cache_read(cache, job.key, sass=sass)
+        if rec is None:
+            todo.append(job)
+        else:
+            records[job.key] = rec
+    if todo:
+        start = time.perf_counter()
+        fresh = _compile_all(todo, workers=workers, sass=sass, pool=pool)
+        log.info("compiled %d jobs in %.1fs (%d cached)", len(todo),
+                 time.perf_counter() - start, len(records))
+        for job in todo:
+            rec = {**fresh[job.key], "kernel_fn": f"{job.fn_module}.{job.fn_name}",
+                   "spec": job.spec, "arch": job.arch, "sass": sass}
+            if not rec.pop("transient", False):
+                _cache_write(cache, job.key, rec)
+            records[job.key] = rec
+    return records
+
+
+def _compile_all(jobs: list[CompileJob], *, workers: int | None, sass: bool,
+                 pool: ProcessPoolExecutor | None) -> dict[str, dict[str, Any]]:
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    if pool is None and workers <= 1:
+        return {j.key: compile_job(j, sass=sass) for j in jobs}
+    # Kernels a spawned worker cannot import by name (or whose constants do not pickle)
+    # compile here instead.
+    local = [j for j in jobs if pool is None and not _picklable(j)]
+    out = {j.key: compile_job(j, sass=sass) for j in local}
+    own = pool is None
+    pool = pool or _pool(workers)
+    try:
+        futures = {j.key: pool.submit(compile_job, j, sass=sass) for j in jobs if j not in local}
+        for key, fut in futures.items():
+            try:
+                out[key] = fut.result()
+            except Exception as exc:  # a worker died (e.g. a compiler segfault)
+                out[key] = {"status": Status.COMPILE_ERROR.value, "transient": True,
+                            "error": f"{type(exc).__name__}: {exc}"[:600],
+                            "compile_s": np.nan}
+    finally:
+        if own:
+            pool.shutdown(cancel_futures=True)
+    return out
+
+
+def _picklable(job: CompileJob) -> bool:
+    try:
+        pickle.dumps(job)
+        # A spawned worker imports the kernel's module by name; __main__ is not that module.
+        return job.fn_module != "__main__" and job.resolve_fn() is not None
+    except Exception:
+        return False
+
+
+def _cache_path(cache: Path, key: str) -> Path:
+    return cache / key[:2] / f"{key}.json"
+
+
+def _cache_read(cache: Path, key: str, *, sass: bool) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(_cache_path(cache, key).read_text())
+    except (OSError, ValueError):
+        return None
+    # A record made without SASS counts cannot answer a request that wants them.
+    return None if sass and not rec.get("sass", False) else rec
+
+
+def _cache_write(cache: Path, key: str, rec: dict[str, Any]) -> None:
+    path = _cache_path(cache, key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rec, default=str))
+        os.replace(tmp, path)
+    except OSError as exc:  # a read-only cache slows us down but changes no result
+        log.warning("feature cache not written (%s): %s", path, exc)
