@@ -18,14 +18,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from costtune.features.compiled import COMPILED_FEATURES, compiled_features
-from costtune.features.static import NUM_SMS, STATIC_FEATURES, static_features, static_features_for
+from costtune.features.aot import classify_error, kernel_source_hash, spec_text, specialize
+from costtune.features.compiled import COMPILED_FEATURES, compiled_features, launch_jobs
+from costtune.features.static import (
+    NUM_SMS,
+    STATIC_FEATURES,
+    parse_config_key,
+    static_features,
+    static_features_for,
+)
 
 KEY_COLUMNS = ["workload", "config"]
 META_KEY = b"costtune_features"
 
-__all__ = ["COMPILED_FEATURES", "KEY_COLUMNS", "STATIC_FEATURES", "compiled_features",
-           "compute_features", "feature_table", "static_features", "static_features_for"]
+__all__ = ["COMPILED_FEATURES", "KEY_COLUMNS", "STATIC_FEATURES", "classify_error",
+           "compiled_features", "compute_features", "feature_table", "kernel_source_hash",
+           "launch_jobs", "parse_config_key", "spec_text", "specialize", "static_features",
+           "static_features_for"]
 
 
 def feature_table(df: pd.DataFrame, *, compiled: bool = True, arch: int = 90,

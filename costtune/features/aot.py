@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import inspect
 import io
 import json
 import time
@@ -100,6 +101,18 @@ def specialize(call: Any, *, arch: int = 90) -> CompileJob:
                       constexprs=constexprs, attrs=attrs, options=option_kwargs, arch=arch,
                       key=hashlib.sha256(key_text.encode()).hexdigest()[:32],
                       spec=spec_text(signature, constexprs, attrs))
+
+
+def kernel_source_hash(fn: Any) -> str:
+    """sha256 over the source of every Triton function in ``fn``'s module: it changes when any
+    kernel there changes but, unlike ``fn.cache_key``, not when code merely moves lines."""
+    module = importlib.import_module(fn.fn.__module__ if hasattr(fn, "fn") else fn.__module__)
+    h = hashlib.sha256()
+    for name, value in sorted(vars(module).items()):
+        raw = getattr(value, "fn", None)
+        if inspect.isfunction(raw) and raw.__module__ == module.__name__:
+            h.update(f"{name}\n{inspect.getsource(raw)}".encode())
+    return h.hexdigest()[:16]
 
 
 def spec_text(signature: dict[str, str], constexprs: dict, attrs: dict) -> str:

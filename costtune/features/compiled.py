@@ -14,13 +14,11 @@ as small JSON files keyed by kernel source hash, specialization, options, arch a
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import multiprocessing as mp
 import os
 import pickle
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -143,42 +141,12 @@ def compiled_features(df: pd.DataFrame, *, arch: int = 90, workers: int | None =
 
 
 def rows_to_jobs(keys: pd.DataFrame, arch: int) -> list[tuple[list[CompileJob], int] | str]:
-    """Per row of ``keys``: (compile jobs, main launch index), or "status\terror" text."""
+    """Per row of ``keys``: (compile jobs, main launch index), or a failure text (status,
+    a tab, the error)."""
     by_index: dict[int, tuple[list[CompileJob], int] | str] = {}
     for _, group in keys.groupby("workload", sort=False):
         by_index.update(zip(group.index, _workload_jobs(group, arch), strict=True))
     return [by_index[i] for i in keys.index]
-
-
-def _interpreting() -> bool:
-    # Under TRITON_INTERPRET=1 (the CPU test setup) @triton.jit makes interpreter functions,
-    # which neither specialize nor compile; spawned workers without the variable can.
-    from triton import knobs
-
-    return bool(knobs.runtime.interpret)
-
-
-_LIBRARIES = frozenset({"torch", "triton", "numpy", "pandas", "pyarrow"})
-
-
-def _clean_worker() -> None:
-    os.environ.pop("TRITON_INTERPRET", None)
-    if "triton" not in sys.modules:
-        return
-    # Modules the spawn bootstrap already imported (the parent's main script may import the
-    # kernels) hold interpreter functions: re-run them so their @triton.jit makes JITFunctions.
-    from triton.runtime.interpreter import InterpretedFunction
-
-    for name, module in list(sys.modules.items()):
-        if name in ("__main__", "__mp_main__") or name.split(".")[0] in _LIBRARIES:
-            continue
-        if any(type(v) is InterpretedFunction for v in list(vars(module).values())):
-            importlib.reload(module)
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                               initializer=_clean_worker)
 
 
 def _workload_jobs(group: pd.DataFrame, arch: int) -> list[tuple[list[CompileJob], int] | str]:
@@ -227,8 +195,33 @@ def _occupancy(rec: dict[str, Any], *, num_warps: int, arch: int) -> dict[str, A
     if rec["shared_bytes"] > 0 and arch in _SM_SHARED:
         limits.append(_SM_SHARED[arch] // (rec["shared_bytes"] + 1024))
     ctas = max(0, min(limits))
+    # Triton's n_spills is CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES / 4: the thread's local memory,
+    # which holds the stack frame where ptxas spills.
     return {"n_spills": (rec["stack_bytes"] + rec["local_bytes"]) // 4, "ctas_per_sm": ctas,
             "occupancy": ctas * num_warps / _MAX_WARPS_PER_SM}
+
+
+def _interpreting() -> bool:
+    # Under TRITON_INTERPRET=1 (the CPU test setup) @triton.jit makes interpreter functions,
+    # which neither specialize nor compile; spawned workers without the variable can.
+    from triton import knobs
+
+    return bool(knobs.runtime.interpret)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """A spawn pool whose workers run without TRITON_INTERPRET, started now: each submit to a
+    pool without idle workers starts one, and a child inherits the environment at its start
+    (so even a main script that imports kernels at top level re-imports them as JIT)."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        for _ in range(workers):
+            pool.submit(int)
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+    return pool
 
 
 def compile_jobs(jobs: Sequence[CompileJob], *, workers: int | None = None,
