@@ -183,8 +183,8 @@ def summarize(data: pd.DataFrame, rankings: Mapping[str, Sequence[int]], *,
     out[f"median_regret{k_max}"] = (float(np.median(regret(table, k_max)))
                                     if len(table) else float("nan"))
     if scores is not None:
-        out["kendall_tau"] = float(np.nanmean(kendall_tau(data, scores)["tau"])
-                                   ) if len(table) else float("nan")
+        taus = kendall_tau(data, scores)["tau"].to_numpy(dtype=float)
+        out["kendall_tau"] = float(np.nanmean(taus)) if np.isfinite(taus).any() else np.nan
     out["n_workloads"] = float(len(table))
     out["n_no_truth"] = float(data["workload"].nunique() - len(table))
     return out

@@ -11,6 +11,10 @@ relative to the workload's best OK time ``L*`` (TVM MetaSchedule's ``min_cost / 
 
 ``failures="drop"`` trains on OK rows only. Workloads without any OK row carry no target and
 are skipped. ``predict`` returns higher = predicted faster for every objective.
+
+``n_jobs`` defaults to 1: on the shared 2-core box, XGBoost's OpenMP threads spin-wait when
+another process holds a core, and nthread=2 measured 10x (rank:pairwise, 25k rows: 6.6 s vs
+70 s) to 60x slower than nthread=1 under load.
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ class CostModel(BaseEstimator):
                  family: str | None = None, n_estimators: int = 300, max_depth: int = 6,
                  learning_rate: float = 0.1, min_child_weight: float = 1.0,
                  subsample: float = 1.0, colsample_bytree: float = 1.0,
-                 reg_lambda: float = 1.0, failures: str = "worst", n_jobs: int = 2,
+                 reg_lambda: float = 1.0, failures: str = "worst", n_jobs: int = 1,
                  seed: int = 0) -> None:
         self.objective = objective
         self.features = features

@@ -1,0 +1,106 @@
+"""Show a leaderboard: a top-k-vs-k plot per kernel and a rich table.
+
+Both take the ``{kernel: {name: {"top1": ..., "worst8": ...}}}`` dict ``leaderboard`` returns
+(or ``evaluate(...)["scores"]``).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+Board = dict[str, dict[str, dict[str, float]]]
+_TOP = re.compile(r"^top(\d+)$")
+
+
+def _ks(metrics: dict[str, float]) -> list[int]:
+    return sorted(int(m.group(1)) for m in map(_TOP.match, metrics) if m)
+
+
+def plot_topk(result: Board, path: str | os.PathLike) -> Path:
+    """Save a PNG of top-k score vs k (log2 axis), one panel per kernel, one line per name.
+
+    >>> import tempfile, os
+    >>> board = {"gemm": {"costtune": {"top1": 0.8, "top2": 0.9, "worst8": 0.7}}}
+    >>> plot_topk(board, os.path.join(tempfile.mkdtemp(), "topk.png")).exists()
+    True
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kernels = sorted(result)
+    fig, axes = plt.subplots(1, max(1, len(kernels)), figsize=(4.6 * max(1, len(kernels)), 3.8),
+                             squeeze=False, sharey=True)
+    for ax, kernel in zip(axes[0], kernels, strict=False):
+        for name, metrics in result[kernel].items():
+            ks = _ks(metrics)
+            ys = [metrics[f"top{k}"] for k in ks]
+            style = {"linewidth": 2.6, "color": "black"} if name == "costtune" else {}
+            ax.plot(ks, ys, marker="o", label=name, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_title(kernel)
+        ax.set_xlabel("k (configs measured)")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("top-k score  (sum L* / sum L(k))")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0][1:]:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))),
+               fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(labels) // 5), 1, 1))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def leaderboard_table(result: Board, *, title: str = "top-k score (TenSet)") -> Any:
+    """A ``rich.table.Table``: one row per (kernel, name), the best value per kernel in bold."""
+    from rich.table import Table
+
+    columns: list[str] = []
+    for board in result.values():
+        for metrics in board.values():
+            columns += [c for c in metrics if c not in columns]
+    table = Table(title=title)
+    table.add_column("kernel")
+    table.add_column("name")
+    for c in columns:
+        table.add_column(c, justify="right")
+    for kernel in sorted(result):
+        board = result[kernel]
+        best = {c: max((m.get(c, float("nan")) for m in board.values()
+                        if m.get(c) == m.get(c)), default=None) for c in columns}
+        for i, (name, metrics) in enumerate(board.items()):
+            cells = []
+            for c in columns:
+                v = metrics.get(c, float("nan"))
+                text = "-" if v != v else f"{v:.3f}"
+                cells.append(f"[bold]{text}[/bold]" if best[c] is not None and v == best[c]
+                             else text)
+            table.add_row(kernel if i == 0 else "", name, *cells,
+                          end_section=i == len(board) - 1)
+    return table
+
+
+def format_leaderboard(result: Board, *, width: int = 120) -> str:
+    """The leaderboard table rendered as plain text.
+
+    >>> "0.800" in format_leaderboard({"gemm": {"costtune": {"top1": 0.8}}})
+    True
+    """
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    console.print(leaderboard_table(result))
+    return console.export_text()
