@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -166,3 +167,27 @@ def test_hook_budget_for_1000_configs():
     per_call = (time.perf_counter() - start) / 5
     # ~4 ms on a 2-core shared box; the bound leaves room for a loaded CI machine.
     assert per_call < 0.05, f"{per_call * 1e3:.1f} ms for 1000 configs"
+
+
+def test_compute_features_writes_a_joinable_table(tmp_path):
+    import pyarrow.parquet as pq
+
+    from costtune.features import KEY_COLUMNS, compute_features
+    from costtune.store import Store
+
+    store = Store(tmp_path / "h200")
+    for kernel, row in (("gemm", GEMM), ("softmax", SOFTMAX)):
+        params = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "ROWS_PER_PROG", "num_warps",
+                  "num_stages")
+        key = ",".join(f"{k}={row[k]}" for k in params if k in row)
+        store.append([{**row, "workload": f"{kernel}_w", "config": key, "status": "ok",
+                       "time_ms": 0.1}], meta={"gpu": "test"})
+    table = compute_features(tmp_path / "h200", compiled=False)
+    path = tmp_path / "h200" / "features.parquet"
+    meta = json.loads(pq.read_schema(path).metadata[b"costtune_features"])
+    assert meta["static"] == STATIC_FEATURES and meta["compiled"] == []
+    written = pd.read_parquet(path)
+    assert len(written) == 2 and list(written.columns) == [*KEY_COLUMNS, *STATIC_FEATURES]
+    dataset = store.load()
+    joined = dataset.merge(table, on=KEY_COLUMNS, suffixes=("", "_f"))
+    assert len(joined) == 2 and set(joined["num_programs"]) == {128.0, 100.0}

@@ -76,10 +76,22 @@ def workload_problem(family: Any, row: pd.Series | dict) -> dict[str, Any]:
 
 def meta_inputs(family: Any, problem: dict[str, Any], dtype: str) -> dict[str, Any]:
     """The family's inputs as ``meta`` tensors: same shapes, strides, dtypes and storage offsets
-    (which set pointer alignment), no memory held."""
+    (which set pointer alignment), no memory held. Memoized: ``make_inputs`` fills random
+    values, which costs ~1 s for the largest suite shapes."""
+    key = (family.NAME, tuple(sorted(problem.items())), dtype)
+    if key not in _META_INPUTS:
+        if len(_META_INPUTS) >= 64:
+            _META_INPUTS.pop(next(iter(_META_INPUTS)))
+        _META_INPUTS[key] = _to_meta(family.make_inputs(problem, dtype, seed=0, device="cpu"))
+    return dict(_META_INPUTS[key])
+
+
+_META_INPUTS: dict[tuple, dict[str, Any]] = {}
+
+
+def _to_meta(inputs: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    inputs = family.make_inputs(problem, dtype, seed=0, device="cpu")
     out = {}
     for name, t in inputs.items():
         if isinstance(t, torch.Tensor):
