@@ -21,8 +21,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from costtune.compile import classify_error, error_text
 from costtune.features import asm
 from costtune.types import Status
+
+__all__ = ["CompileJob", "classify_error", "compile_job", "kernel_source_hash", "spec_text",
+           "specialize"]
 
 # Bumped when the parsed feature set changes, so cached JSON from an older parser is not reused.
 PARSER_VERSION = 1
@@ -125,23 +129,6 @@ def spec_text(signature: dict[str, str], constexprs: dict, attrs: dict) -> str:
                        "attrs": plain(attrs)}, sort_keys=True)
 
 
-def classify_error(exc: BaseException) -> Status:
-    """Map a compile exception to a Status (failures are rows, not crashes)."""
-    from triton.runtime.errors import OutOfResources, PTXASError
-
-    text = str(exc).lower()
-    if isinstance(exc, OutOfResources) or "out of resource" in text:
-        return Status.OUT_OF_RESOURCES
-    if isinstance(exc, PTXASError) or "ptxas" in text:
-        return Status.PTXAS_ERROR
-    return Status.COMPILE_ERROR
-
-
-def _error_text(exc: BaseException, limit: int = 600) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text if len(text) <= limit else text[:limit] + " ..."
-
-
 def compile_job(job: CompileJob, *, sass: bool = True) -> dict[str, Any]:
     """Compile ``job`` and return its features as a flat JSON-able dict with ``status``.
 
@@ -169,7 +156,7 @@ def compile_job(job: CompileJob, *, sass: bool = True) -> dict[str, Any]:
         _check_load_limits(out, num_warps=options.num_warps, arch=job.arch)
     except Exception as exc:  # every failure is a row
         out["status"] = classify_error(exc).value
-        out["error"] = _error_text(exc)
+        out["error"] = error_text(exc)
     out["compile_s"] = time.perf_counter() - start
     return out
 

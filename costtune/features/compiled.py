@@ -132,7 +132,7 @@ def compiled_features(df: pd.DataFrame, *, arch: int = 90, workers: int | None =
     """
     keys = df.drop_duplicates(list(KEY_COLUMNS)).reset_index(drop=True)
     workers = max(1, workers or os.cpu_count() or 1)
-    pool = _pool(workers) if _interpreting() else None
+    pool = _pool(workers) if _interpreting() and not keys.empty else None
     try:
         if pool is not None:
             row_jobs = pool.submit(rows_to_jobs, keys, arch).result()
