@@ -10,7 +10,6 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -79,16 +78,77 @@ def collect_workload(workload: Workload, configs: list[Config], *, reps: int = 1
     return [m.as_row() for m in ms]
 
 
-def _gpu_worker_init(queue) -> None:
-    # Pin this worker to one GPU before torch initialises CUDA.
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(queue.get())
+def _gpu_worker(gpu: int, tasks, results, kwargs: dict) -> None:
+    """One process per GPU: measure workloads from ``tasks`` until a None arrives."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)  # before torch initialises CUDA
+    from costtune.compile import error_text, shutdown_pool
+    from costtune.measure.gpu import ContextLost
+
+    try:
+        while (item := tasks.get()) is not None:
+            idx, workload, configs = item
+            try:
+                results.put((idx, collect_workload(workload, configs, **kwargs), ""))
+            except ContextLost as exc:  # this process can't use its GPU any more
+                results.put((idx, None, f"GPU {gpu}: {error_text(exc)}"))
+                break
+            except Exception as exc:
+                results.put((idx, None, f"GPU {gpu}: {error_text(exc)}"))
+    finally:
+        # An explicit, waited shutdown: a nested pool left to interpreter exit can hang it.
+        shutdown_pool(wait=True)
+
+
+def _collect_multi(todo, gpus: list[int], kwargs: dict, store_rows, over_budget, summary) -> None:
+    import multiprocessing as mp
+    import queue as queue_mod
+
+    ctx = mp.get_context("spawn")
+    tasks, results = ctx.Queue(), ctx.Queue()
+    procs = [ctx.Process(target=_gpu_worker, args=(g, tasks, results, kwargs), daemon=False)
+             for g in gpus]
+    for p in procs:
+        p.start()
+    pending = list(enumerate(todo))[::-1]
+    running = 0
+    for _ in gpus:  # one workload in flight per GPU; the rest wait here, so a budget can stop
+        if pending:
+            idx, (w, cs) = pending.pop()
+            tasks.put((idx, w, cs))
+            running += 1
+    while running:
+        try:
+            idx, rows, err = results.get(timeout=10)
+        except queue_mod.Empty:
+            if not any(p.is_alive() for p in procs):
+                summary["errors"].append("every GPU worker died")
+                break
+            continue
+        running -= 1
+        w = todo[idx][0]
+        if err:
+            summary["errors"].append(f"{w.id}: {err}")
+        else:
+            store_rows(w, rows, None)
+        if pending and not over_budget():
+            idx, (w, cs) = pending.pop()
+            tasks.put((idx, w, cs))
+            running += 1
+        elif pending:
+            summary["stopped_early"] = True
+    for _ in procs:
+        tasks.put(None)
+    for p in procs:
+        p.join(timeout=60)
+        if p.is_alive():
+            p.terminate()
 
 
 def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: int | None = None,
             seed: int = 0, reps: int = 10, gpus: list[int] | None = None,
             time_budget_s: float | None = None, meta: dict | None = None,
-            progress: Callable[[Workload, Measurement | None, int], None] | None = None
-            ) -> dict[str, Any]:
+            progress: Callable[[Workload, Measurement | None, int], None] | None = None,
+            on_stored: Callable[[Workload, list[dict]], None] | None = None) -> dict[str, Any]:
     """Measure every workload not yet stored (resume), appending one part per workload.
 
     ``gpus``: device indices; more than one runs a worker process per GPU. ``time_budget_s``:
@@ -107,7 +167,8 @@ def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: i
         if configs:
             todo.append((w, configs))
     summary = {"workloads": 0, "configs": 0, "ok": 0, "failed": 0, "skipped_workloads":
-               len(workloads) - len(todo), "stopped_early": False, "seconds": 0.0}
+               len(workloads) - len(todo), "stopped_early": False, "seconds": 0.0,
+               "errors": []}
     env = {**environment(), **(meta or {})}
 
     def store_rows(w: Workload, rows: list[dict], clock_start) -> None:
@@ -119,12 +180,18 @@ def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: i
         summary["configs"] += len(rows)
         summary["ok"] += n_ok
         summary["failed"] += len(rows) - n_ok
+        if on_stored is not None:
+            on_stored(w, rows)
 
     def over_budget() -> bool:
         return time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
 
     extra = {"suite": suite}
     if not gpus or len(gpus) == 1:
+        if gpus:
+            import torch
+
+            torch.cuda.set_device(gpus[0])
         for w, configs in todo:
             if over_budget():
                 summary["stopped_early"] = True
@@ -136,29 +203,9 @@ def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: i
             rows = collect_workload(w, configs, reps=reps, seed=seed, extra=extra, progress=cb)
             store_rows(w, rows, clock)
     else:
-        import multiprocessing as mp
-
-        ctx = mp.get_context("spawn")
-        queue = ctx.Manager().Queue()
-        for g in gpus:
-            queue.put(g)
         cores = max(1, (os.cpu_count() or 1) // len(gpus))
-        with ProcessPoolExecutor(len(gpus), mp_context=ctx, initializer=_gpu_worker_init,
-                                 initargs=(queue,)) as pool:
-            futs = {pool.submit(collect_workload, w, cs, reps=reps, seed=seed, workers=cores,
-                                extra=extra): w for w, cs in todo}
-            for fut in as_completed(futs):
-                w = futs[fut]
-                if over_budget() and not summary["stopped_early"]:
-                    summary["stopped_early"] = True
-                    for f in futs:  # workloads not yet started stay for the next run
-                        f.cancel()
-                if fut.cancelled():
-                    continue
-                rows = fut.result()
-                store_rows(w, rows, None)
-                if progress:
-                    progress(w, None, -len(rows))
+        _collect_multi(todo, gpus, {"reps": reps, "seed": seed, "workers": cores,
+                                    "extra": extra}, store_rows, over_budget, summary)
     summary["seconds"] = time.perf_counter() - t0
     return summary
 

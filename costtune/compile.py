@@ -89,10 +89,10 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return _POOL
 
 
-def shutdown_pool() -> None:
+def shutdown_pool(*, wait: bool = False) -> None:
     global _POOL
     if _POOL is not None:
-        _POOL.shutdown(wait=False, cancel_futures=True)
+        _POOL.shutdown(wait=wait, cancel_futures=True)
         _POOL = None
 
 

@@ -105,8 +105,9 @@ def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol
     poison = torch.full(ref.shape, float("nan"), dtype=inputs[next(iter(inputs))].dtype,
                         device=ref.device)
     del poison
+    t0 = time.perf_counter()
     try:
-        out = family.launch(inputs, config)
+        out = family.launch(inputs, config)  # loads the kernel from Triton's cache
         torch.cuda.synchronize()
     except Exception as exc:
         if not _context_alive():
@@ -115,15 +116,18 @@ def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol
         if status is Status.COMPILE_ERROR:
             status = Status.LAUNCH_ERROR
         return {"status": status, "error": error_text(exc)}
+    load_s = time.perf_counter() - t0
     err = relative_error(out, ref)
     del out
     if not err <= tol:
-        return {"status": Status.WRONG_RESULT, "rel_err": err,
+        return {"status": Status.WRONG_RESULT, "rel_err": err, "extra": {"load_s": load_s},
                 "error": f"relative error {err:.3g} > tolerance {tol:.3g}"}
+    t1 = time.perf_counter()
     times, method = time_graph(lambda: family.launch(inputs, config), reps=reps, flush=flush)
     return {"status": Status.OK, "rel_err": err, "time_ms": statistics.median(times),
             "time_p20_ms": _quantile(times, 0.2), "time_p80_ms": _quantile(times, 0.8),
-            "extra": {"timing": method}}
+            "extra": {"timing": method, "load_s": load_s,
+                      "timing_s": time.perf_counter() - t1}}
 
 
 def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 10,
@@ -171,6 +175,7 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
         if progress is not None:
             progress(m)
 
+    measure_wall = time.perf_counter() - t0 - compile_wall
     ok = [k for k, m in results.items() if m.status is Status.OK]
     rng = random.Random(seed + 1)
     for key in rng.sample(ok, min(len(ok), max(1, round(retime_fraction * len(ok))))):
@@ -182,6 +187,7 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
         m.extra.setdefault("retime_ms", float("nan"))
         m.extra["workload_wall_s"] = wall
         m.extra["workload_compile_wall_s"] = compile_wall
+        m.extra["workload_measure_wall_s"] = measure_wall
     torch.cuda.empty_cache()
     return [results[c.key] for c in configs]
 

@@ -52,8 +52,9 @@ def main() -> None:
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(p, dst)
     args.store.mkdir(parents=True, exist_ok=True)
-    committed = {args.store / p.relative_to(args.seed_from)
-                 for p in args.seed_from.rglob("part-*.parquet")} if args.seed_from.exists() else set()
+    committed = ({args.store / p.relative_to(args.seed_from)
+                  for p in args.seed_from.rglob("part-*.parquet")}
+                 if args.seed_from.exists() else set())
     store = Store(args.store)
     n_gpus = args.gpus or torch.cuda.device_count()
     t0 = time.perf_counter()
@@ -65,18 +66,20 @@ def main() -> None:
             break
         workloads = suite_workloads(kernel, suite)
 
-        def show(w, m, n):
-            if m is None:
-                print(f"  {w.id}: {abs(n)} configs", flush=True)
+        def stored(w, rows):
+            r = rows[0]
+            ok = sum(x["status"] == "ok" for x in rows)
+            print(f"  {time.perf_counter() - t0:5.0f}s {w.id}: {len(rows)} configs, {ok} ok, "
+                  f"wall {r['workload_wall_s']:.1f}s (compile {r['workload_compile_wall_s']:.1f}"
+                  f", measure {r['workload_measure_wall_s']:.1f})", flush=True)
+            pack(args.store, committed, args.out)
 
         s = collect(workloads, store, suite=suite, max_configs=args.max_configs, reps=args.reps,
-                    gpus=list(range(n_gpus)), time_budget_s=left, progress=show,
+                    gpus=list(range(n_gpus)), time_budget_s=left, on_stored=stored,
                     meta={"command": " ".join(["python3", *sys.argv])})
         rate = s["configs"] / s["seconds"] if s["seconds"] else 0
         print(f"{spec}: {s} -> {rate:.1f} configs/s", flush=True)
-        n = pack(args.store, committed, args.out)
-        print(f"packed {n} new parts", flush=True)
-
+        print(f"packed {pack(args.store, committed, args.out)} new parts", flush=True)
 
 if __name__ == "__main__":
     main()
