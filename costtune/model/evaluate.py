@@ -59,7 +59,10 @@ def default_model(**overrides: Any) -> CostModel:
 def train_default(dataset: pd.DataFrame, *, suite: str | None = "train",
                   **attach_kwargs: Any) -> CostModel:
     """Fit the default model on ``dataset`` rows of ``suite`` (None: every row, for shipping
-    after evaluation). Save it with ``model.save("costtune/models/h200")``."""
+    after evaluation). Save it with ``model.save("costtune/models/h200")``.
+
+    >>> model = train_default(costtune.load_dataset("datasets/h200"))  # doctest: +SKIP
+    """
     rows = dataset if suite is None else dataset[dataset["suite"] == suite]
     if rows.empty:
         raise ValueError(f"no rows with suite == {suite!r}")
@@ -76,6 +79,10 @@ def evaluate(dataset: pd.DataFrame, *, protocol: str = "split",
     features are given via ``compiled`` or already in ``dataset``). Returns ``{"protocol",
     "scores": {kernel: {name: metrics}}, "per_workload": DataFrame}``; metrics are
     ``metrics.summarize``'s (``top{k}``, ``worst{k}``, ``median_regret``, ``kendall_tau``...).
+
+    >>> data = costtune.load_dataset("datasets/h200")  # doctest: +SKIP
+    >>> result = evaluate(data, protocol="lofo")  # doctest: +SKIP
+    >>> print(format_leaderboard(result["scores"]))  # doctest: +SKIP
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; use one of {list(PROTOCOLS)}")
@@ -105,7 +112,7 @@ def evaluate(dataset: pd.DataFrame, *, protocol: str = "split",
             s = _fit_predict(model, train, part)
             scores.setdefault(name, np.full(len(test), np.nan))[part_pos] = s
         if baselines:
-            for name, ranker in _baselines(train, protocol, seed=seed).items():
+            for name, ranker in _baselines(train, protocol, k=max(ks)).items():
                 got = rankings.setdefault(name, {})
                 for w, ranking in _baseline_rankings(ranker, test.iloc[part_pos]).items():
                     got[w] = np.where(ranking >= 0, part_pos[np.maximum(ranking, 0)], -1)
@@ -123,8 +130,11 @@ def leaderboard(dataset: pd.DataFrame, *, model: CostModel | str | None = None,
     ``"costtune"`` is ``model``: a fitted ``CostModel``, a saved model's path or shipped name,
     or None to train the default on the train suite. The other names: ``xgb:static`` and
     ``xgb:static+compiled`` (per-family models trained on the train suite; the latter only with
-    compiled features), ``triton-tutorial-8`` / ``-16`` (GEMM), ``best-static-16``,
+    compiled features), ``triton-tutorial-8`` / ``-16`` (GEMM), ``best-static-<max k>``,
     ``random`` (expectation) and ``roofline``.
+
+    >>> board = leaderboard(costtune.load_dataset("datasets/h200"))  # doctest: +SKIP
+    >>> plot_topk(board, "experiments/results/leaderboard.png")  # doctest: +SKIP
     """
     ks = tuple(ks)
     worst = (8,) if 8 in ks else (max(ks),)
@@ -216,11 +226,10 @@ def _fit_predict(model: CostModel, train: pd.DataFrame, test: pd.DataFrame) -> n
     return out
 
 
-def _baselines(train: pd.DataFrame, protocol: str, *, seed: int) -> dict[str, Any]:
+def _baselines(train: pd.DataFrame, protocol: str, *, k: int) -> dict[str, Any]:
     out: dict[str, Any] = {"triton-tutorial-8": TritonTutorialList(which="fp16"),
                            "triton-tutorial-16": TritonTutorialList(which="all")}
     if protocol != "lofo":
-        k = max(DEFAULT_KS)
         out[f"best-static-{k}"] = BestStaticList(k=k).fit(train)
     out["roofline"] = Roofline()
     return out
