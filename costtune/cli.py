@@ -120,6 +120,11 @@ def collect(kernel: str = typer.Argument(..., help="gemm | softmax | attention")
     console.print(json.dumps(summary))
 
 
+from costtune.commands import register_all  # noqa: E402
+
+register_all(app)
+
+
 def main() -> None:  # pragma: no cover
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()
