@@ -169,7 +169,9 @@ def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: i
     summary = {"workloads": 0, "configs": 0, "ok": 0, "failed": 0, "skipped_workloads":
                len(workloads) - len(todo), "stopped_early": False, "seconds": 0.0,
                "errors": []}
-    env = {**environment(), **(meta or {})}
+    from costtune.measure.gpu import TIMING_METHOD
+
+    env = {**environment(), "timing_method": TIMING_METHOD, **(meta or {})}
 
     def store_rows(w: Workload, rows: list[dict], clock_start) -> None:
         part_meta = {**env, "sm_clock_start_mhz": clock_start, "sm_clock_end_mhz": sm_clock_mhz(),

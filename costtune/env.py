@@ -73,7 +73,8 @@ def git_state(path: str | os.PathLike | None = None) -> tuple[str, bool | None]:
     # An installed copy may sit inside some unrelated repo (a venv in a project): ignore that.
     if not top or not (Path(top) / pkg.name).resolve() == pkg.resolve():
         return "", None
-    commit = _git(pkg, "rev-parse", "HEAD") or ""
+    # A device copy of the tree has no .git: the launcher passes the commit in COSTTUNE_COMMIT.
+    commit = _git(pkg, "rev-parse", "HEAD") or os.environ.get("COSTTUNE_COMMIT", "")
     status = _git(pkg, "status", "--porcelain", "--untracked-files=no")
     return commit, (bool(status) if status is not None else None)
 

@@ -9,7 +9,7 @@ Every family module defines the same plain names, so the runner, features and mo
 - ``torch_op(inputs) -> Tensor``: the fast torch equivalent timed beside our configs
 - ``grid(problem, config) -> tuple[int, ...]``: the main kernel's launch grid (no tensors needed)
 - ``kernel_calls(inputs, config) -> list[KernelCall]``: the Triton launches ``launch`` makes
-- ``launch(inputs, config) -> Tensor``: runs the kernel (validates inputs: ValueError naming the arg)
+- ``launch(inputs, config) -> Tensor``: runs the kernel (bad inputs: ValueError naming the arg)
 - ``flops(problem)``, ``min_bytes(problem, dtype)``
 - ``config_space(problem=None) -> ConfigSpace``: the default space; shape constraints when given
 - ``TOLERANCE``: dtype name -> max relative error ||out - ref|| / ||ref||
