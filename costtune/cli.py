@@ -86,30 +86,45 @@ def collect(kernel: str = typer.Argument(..., help="gemm | softmax | attention")
             gpus: str | None = typer.Option(None, help="comma-separated GPU indices "
                                                "(default: all visible)"),
             time_budget: float | None = typer.Option(None, help="start no new workload "
-                                                        "after this many seconds")) -> None:
+                                                        "after this many seconds"),
+            scheduler: str | None = typer.Option(None, help="Dask scheduler address "
+                                                 "(tcp://host:8786): one task per workload on "
+                                                 "workers started with --resources GPU=1")
+            ) -> None:
     """Measure every config of every workload of a suite on the GPU(s); resumes."""
-    import torch
-
     from costtune.collect import collect as run_collect
     from costtune.collect import suite_workloads
     from costtune.store import Store
 
-    if not torch.cuda.is_available():
-        console.print("[red]collect needs a CUDA GPU; none is visible[/]")
+    if scheduler is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            console.print("[red]collect needs a CUDA GPU; none is visible[/]")
+            raise typer.Exit(2)
+    elif gpus:
+        console.print("[red]--gpus picks local GPUs; with --scheduler each worker owns one[/]")
         raise typer.Exit(2)
     try:
         workloads = suite_workloads(kernel, suite, dtype or None)
     except ValueError as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from exc
-    gpu_ids = ([int(g) for g in gpus.split(",")] if gpus
-               else list(range(torch.cuda.device_count())))
     progress, update = _progress_printer()
     meta = {"command": " ".join(["costtune", *sys.argv[1:]])}
     with progress:
-        summary = run_collect(workloads, Store(out), suite=suite, max_configs=max_configs,
-                              seed=seed, reps=reps, gpus=gpu_ids, time_budget_s=time_budget,
-                              meta=meta, progress=update)
+        if scheduler is not None:  # the GPUs are the cluster's workers, not this machine's
+            from costtune.distributed import collect_dask
+
+            summary = collect_dask(workloads, Store(out), scheduler=scheduler, suite=suite,
+                                   max_configs=max_configs, seed=seed, reps=reps,
+                                   time_budget_s=time_budget, meta=meta, progress=update)
+        else:
+            gpu_ids = ([int(g) for g in gpus.split(",")] if gpus
+                       else list(range(torch.cuda.device_count())))
+            summary = run_collect(workloads, Store(out), suite=suite, max_configs=max_configs,
+                                  seed=seed, reps=reps, gpus=gpu_ids, time_budget_s=time_budget,
+                                  meta=meta, progress=update)
     rate = summary["configs"] / summary["seconds"] if summary["seconds"] else 0.0
     console.print(f"{kernel}/{suite}: {summary['workloads']} workloads measured "
                   f"({summary['skipped_workloads']} already stored), "

@@ -1,0 +1,228 @@
+"""Dask collection on CPU: the replay runner stands in for the GPU, on real H200 rows.
+
+A cluster of 2 single-threaded worker processes must store exactly what a single-process
+collection stores, lose nothing when a worker dies or a task errors, and resume to completion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from distributed import Client, LocalCluster
+
+from costtune.collect import workload_configs
+from costtune.distributed import collect_dask
+from costtune.measure.replay import ReplayRunner
+from costtune.store import Store, load_dataset
+from costtune.types import Status
+
+REPO = Path(__file__).resolve().parents[1]
+DATASET = REPO / "datasets" / "h200"
+MAX_CONFIGS, SEED = 24, 0
+PER_RUN = ["run_id"]  # differs between two runs of the same workload; never compared
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory):
+    """4 softmax and 2 GEMM workloads of the H200 dataset (one part file each), as a store."""
+    root = tmp_path_factory.mktemp("mini")
+    src = Store(DATASET)
+    for kernel, n in (("softmax", 4), ("gemm", 2)):
+        (root / kernel).mkdir()
+        for part in src.parts(kernel)[:n]:
+            shutil.copy2(part, root / kernel / part.name)
+    df = load_dataset(root)
+    return root, df, ReplayRunner(df).workloads()
+
+
+def replayed_rows(df: pd.DataFrame, w, n: int | None = None) -> list[dict]:
+    configs = workload_configs(w, max_configs=MAX_CONFIGS, seed=SEED)[:n]
+    ms = ReplayRunner(df).measure(w, configs)
+    assert all(m.status is not Status.NOT_MEASURED for m in ms)
+    return [m.as_row() for m in ms]
+
+
+@pytest.fixture(scope="module")
+def reference(mini, tmp_path_factory) -> pd.DataFrame:
+    """A single-process collection: one workload after another, in this process."""
+    _, df, workloads = mini
+    store = Store(tmp_path_factory.mktemp("reference"))
+    for w in workloads:
+        store.append(replayed_rows(df, w), meta={"gpu": "replay"})
+    return frame(store.load())
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, resources={"GPU": 1}) as cluster:
+        with Client(cluster) as c:
+            yield c
+
+
+def frame(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.drop(columns=PER_RUN).sort_values(["workload", "config"]).reset_index(drop=True)
+    return df[sorted(df.columns)]
+
+
+def collect(workloads, root: Path, **kw) -> dict:
+    kw = {"runner": "replay", "max_configs": MAX_CONFIGS, "seed": SEED, **kw}
+    return collect_dask(workloads, Store(root), **kw)
+
+
+def ready(client: Client) -> Client:
+    client.wait_for_workers(2, timeout=60)  # a killed worker's nanny restarts it
+    return client
+
+
+def test_cluster_collection_equals_single_process(client, mini, reference, tmp_path):
+    root, df, workloads = mini
+    # Resume inside a workload: 5 of its configs are already stored.
+    Store(tmp_path).append(replayed_rows(df, workloads[0], 5), meta={"gpu": "replay"})
+    summary = collect(workloads, tmp_path, scheduler=ready(client), replay_dataset=root)
+    assert summary["failed_workloads"] == [] and summary["errors"] == []
+    assert summary["workloads"] == 6 and summary["configs"] == len(reference) - 5
+    assert sum(summary["workers"].values()) == 6
+    pd.testing.assert_frame_equal(frame(Store(tmp_path).load()), reference)
+    store = Store(tmp_path)
+    metas = [store.part_meta(p) for p in store.parts()]
+    assert sum(m.get("collector") == "dask" for m in metas) == 6
+    assert {m["replay_source"] for m in metas if "replay_source" in m} == {str(root)}
+    again = collect(workloads, tmp_path, scheduler=client, replay_dataset=df)
+    assert again["skipped_workloads"] == 6 and again["workloads"] == 0
+
+
+def test_local_cluster_pins_its_worker_to_one_gpu(mini, reference, tmp_path, monkeypatch):
+    _, df, workloads = mini
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")  # our GPU 1 is the machine's GPU 7
+    summary = collect(workloads, tmp_path, gpus=[1], replay_dataset=df)
+    assert summary["workloads"] == 6 and not summary["errors"]
+    store = Store(tmp_path)
+    for part in store.parts():
+        meta = store.part_meta(part)
+        assert (meta["dask_worker_name"], meta["cuda_visible_devices"]) == ("gpu7", "7")
+    pd.testing.assert_frame_equal(frame(store.load()), reference)
+
+
+def test_killed_worker_loses_no_stored_rows_and_rerun_completes(client, mini, reference,
+                                                                tmp_path):
+    _, df, workloads = mini
+    client = ready(client)
+    pids = client.run(os.getpid)
+    seen: dict = {}
+
+    def kill_a_busy_worker(w, rows):
+        if seen:
+            return
+        busy = {a: keys for a, keys in client.processing().items() if keys}
+        address, keys = next(iter(busy.items()))
+        seen["stored"] = frame(Store(tmp_path).load())  # what must survive
+        seen["killed"] = {w2.id for w2 in workloads if any(w2.id in str(k) for k in keys)}
+        os.kill(pids[address], signal.SIGKILL)
+
+    summary = collect(workloads, tmp_path, scheduler=client, replay_dataset=df,
+                      replay_delay_s=0.6, on_stored=kill_a_busy_worker)
+    assert seen["killed"], "the killed worker held no workload"
+    after = frame(Store(tmp_path).load())  # raises on a duplicated (workload, config)
+    kept = seen["stored"].merge(after, how="left", indicator=True)
+    assert (kept["_merge"] == "both").all()
+    stored = set(after["workload"])
+    assert all(wid in stored or wid in summary["failed_workloads"] for wid in seen["killed"])
+    assert summary["workloads"] + len(summary["failed_workloads"]) == 6
+
+    rerun = collect(workloads, tmp_path, scheduler=ready(client), replay_dataset=df)
+    assert rerun["workloads"] == len(summary["failed_workloads"])
+    pd.testing.assert_frame_equal(frame(Store(tmp_path).load()), reference)
+
+
+def test_task_error_is_retried_once_else_reported(client, mini, reference, tmp_path):
+    _, df, workloads = mini
+    client = ready(client)
+    target = sorted(client.scheduler_info()["workers"])[:1]
+
+    def arm_fault():  # on one worker, the next measurement raises (a GPU error), once
+        from costtune.measure import replay
+
+        original = replay.ReplayRunner.measure
+
+        def fail_once(self, workload, configs):
+            replay.ReplayRunner.measure = original
+            raise RuntimeError("simulated GPU error")
+
+        replay.ReplayRunner.measure = fail_once
+
+    def fault_fired() -> bool:
+        from costtune.measure import replay
+
+        return replay.ReplayRunner.measure.__name__ == "measure"
+
+    client.run(arm_fault, workers=target)
+    s0 = collect(workloads, tmp_path / "a", scheduler=client, replay_dataset=df,
+                 replay_delay_s=0.3, retries=0)
+    assert all(client.run(fault_fired, workers=target).values())
+    assert len(s0["failed_workloads"]) == 1 and s0["workloads"] == 5
+    assert "simulated GPU error" in s0["errors"][0]
+    assert s0["failed_workloads"][0] not in set(Store(tmp_path / "a").load()["workload"])
+    rerun = collect(workloads, tmp_path / "a", scheduler=client, replay_dataset=df)
+    assert rerun["workloads"] == 1 and rerun["skipped_workloads"] == 5
+    pd.testing.assert_frame_equal(frame(Store(tmp_path / "a").load()), reference)
+
+    client.run(arm_fault, workers=target)
+    s1 = collect(workloads, tmp_path / "b", scheduler=client, replay_dataset=df,
+                 replay_delay_s=0.3, retries=1)
+    assert all(client.run(fault_fired, workers=target).values())
+    assert s1["failed_workloads"] == [] and s1["workloads"] == 6
+    pd.testing.assert_frame_equal(frame(Store(tmp_path / "b").load()), reference)
+
+
+def test_refuses_a_cluster_without_gpu_workers_and_bad_options(mini, tmp_path):
+    _, df, workloads = mini
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+        with pytest.raises(ValueError, match="resource GPU"):
+            collect(workloads[:1], tmp_path, scheduler=cluster, replay_dataset=df)
+    with pytest.raises(ValueError, match="replay_dataset"):
+        collect(workloads, tmp_path)
+    with pytest.raises(ValueError, match="runner"):
+        collect(workloads, tmp_path, runner="cpu", replay_dataset=df)
+    with pytest.raises(ValueError, match="local cluster"):
+        collect(workloads, tmp_path, scheduler="tcp://127.0.0.1:1", gpus=[0],
+                replay_dataset=df)
+    assert Store(tmp_path).parts() == []
+
+
+def test_cli_scheduler_reports_workers_without_a_gpu(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from costtune import cli
+
+    monkeypatch.setattr(cli.console, "width", 10_000)  # the summary JSON on one line
+
+    problems = tmp_path / "problems.json"
+    problems.write_text(json.dumps([{"rows": 64, "cols": 128}, {"rows": 32, "cols": 256}]))
+    # A worker thread in this CPU-only process: no GPU, and torch is already imported.
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None,
+                      resources={"GPU": 1}) as cluster:
+        res = CliRunner().invoke(cli.app, [
+            "collect", "softmax", "--suite", str(problems), "--dtype", "float16",
+            "--max-configs", "2", "--out", str(tmp_path / "store"),
+            "--scheduler", cluster.scheduler_address])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    assert summary["workloads"] == 0 and len(summary["failed_workloads"]) == 2
+    assert all("no CUDA GPU visible" in e for e in summary["errors"])
+    assert Store(tmp_path / "store").parts() == []
+
+
+def test_time_budget_stops_submitting_new_workloads(client, mini, tmp_path):
+    _, df, workloads = mini
+    summary = collect(workloads, tmp_path, scheduler=ready(client), replay_dataset=df,
+                      replay_delay_s=0.5, time_budget_s=0.1)
+    assert summary["stopped_early"] and 2 <= summary["workloads"] < 6
+    rest = collect(workloads, tmp_path, scheduler=client, replay_dataset=df)
+    assert rest["workloads"] == 6 - summary["workloads"]
