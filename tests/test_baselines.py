@@ -115,6 +115,8 @@ def test_best_static_list_keeps_positions_on_test_workloads():
     ranking = model.rank(missing)
     assert len(ranking) == 4 and ranking[1] == -1  # absent config: a wasted slot, not skipped
     assert_valid_ranking(ranking, len(missing))
+    skipping = BestStaticList(k=4, absent="skip").fit(train).rank(missing)
+    assert skipping.tolist() == ranking[ranking >= 0].tolist()
     with pytest.raises(ValueError, match="not fitted on kernel"):
         model.rank(softmax_rows())
 

@@ -135,8 +135,10 @@ class BestStaticList:
     """Best static top-k: per kernel family, the ``k`` configs chosen greedily on the training
     workloads to maximise ``sum_w max_{c in list} L*_w / t_w(c)`` (failures and absent configs
     count 0), then proposed unchanged on any workload. The greedy list is nested, so its first
-    k entries are the greedy choice for every smaller k too. On a workload the list keeps its
-    positions: entries the workload has no row for are wasted slots (-1).
+    k entries are the greedy choice for every smaller k too. ``absent`` says what happens to an
+    entry the workload has no row for (its space excludes that config): ``"waste"`` (default)
+    keeps the list's positions, the entry is a wasted slot (-1) and top-k is the first k entries
+    that exist; ``"skip"`` drops it, so top-k walks further down the list.
 
     >>> train = pd.DataFrame({"kernel": "gemm", "workload": ["a", "a", "b", "b"],
     ...     "config": ["x", "y", "x", "y"], "status": "ok", "time_ms": [1.0, 2.0, 3.0, 1.0]})
@@ -144,10 +146,13 @@ class BestStaticList:
     ['y', 'x']
     """
 
-    def __init__(self, *, k: int = max(DEFAULT_KS)) -> None:
+    def __init__(self, *, k: int = max(DEFAULT_KS), absent: str = "waste") -> None:
         if int(k) < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        if absent not in ("waste", "skip"):
+            raise ValueError(f"absent must be 'waste' or 'skip', got {absent!r}")
         self.k = int(k)
+        self.absent = absent
 
     def fit(self, data: pd.DataFrame) -> BestStaticList:
         self.lists_: dict[str, list[str]] = {}
@@ -160,7 +165,8 @@ class BestStaticList:
         if kernel not in getattr(self, "lists_", {}):
             raise ValueError(f"BestStaticList was not fitted on kernel {kernel!r}")
         where = {k: i for i, k in enumerate(rows["config"].astype(str))}
-        return np.array([where.get(c, -1) for c in self.lists_[kernel]], dtype=int)
+        ranking = np.array([where.get(c, -1) for c in self.lists_[kernel]], dtype=int)
+        return ranking[ranking >= 0] if self.absent == "skip" else ranking
 
 
 def greedy_cover(data: pd.DataFrame, *, k: int) -> list[str]:

@@ -34,29 +34,30 @@ def plot_topk(result: Board, path: str | os.PathLike) -> Path:
     import matplotlib.pyplot as plt
 
     kernels = sorted(result)
+    names = list(dict.fromkeys(n for k in kernels for n in result[k]))
+    # One colour per name across panels (the default cycle restarts per panel).
+    palette = plt.get_cmap("tab10").colors
+    colors = {n: "black" if n == "costtune" else palette[i % len(palette)]
+              for i, n in enumerate(n for n in names if n != "costtune")}
+    colors["costtune"] = "black"
     fig, axes = plt.subplots(1, max(1, len(kernels)), figsize=(4.6 * max(1, len(kernels)), 3.8),
                              squeeze=False, sharey=True)
+    handles = {}
     for ax, kernel in zip(axes[0], kernels, strict=False):
         for name, metrics in result[kernel].items():
             ks = _ks(metrics)
-            ys = [metrics[f"top{k}"] for k in ks]
-            style = {"linewidth": 2.6, "color": "black"} if name == "costtune" else {}
-            ax.plot(ks, ys, marker="o", label=name, **style)
+            (line,) = ax.plot(ks, [metrics[f"top{k}"] for k in ks], marker="o", label=name,
+                              color=colors[name], linewidth=2.6 if name == "costtune" else 1.4)
+            handles.setdefault(name, line)
         ax.set_xscale("log", base=2)
         ax.set_title(kernel)
         ax.set_xlabel("k (configs measured)")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("top-k score  (sum L* / sum L(k))")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    for ax in axes[0][1:]:
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))),
-               fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(labels) // 5), 1, 1))
+    fig.legend([handles[n] for n in names], names, loc="lower center",
+               ncol=min(4, max(1, len(names))), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(names) // 5), 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

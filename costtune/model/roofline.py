@@ -2,8 +2,11 @@
 config alone, the max of a compute, a DRAM and a tile-load time.
 
 - compute: FLOPs of the *padded* tiles (tile padding waste counts), quantized to whole waves
-  over the SMs (each SM runs ``ceil(programs / SMs)`` programs), at 790 TFLOP/s (measured bf16
-  matmul rate on the H200) for tensor-core work and 60 TFLOP/s for fp32 CUDA-core work.
+  over the SMs (each SM runs ``ceil(programs / SMs)`` programs, as many at once as shared
+  memory, warps and estimated registers allow), at 790 TFLOP/s (measured bf16 matmul rate on
+  the H200) for tensor-core work and 60 TFLOP/s for fp32 CUDA-core work. Pipelined loops
+  (GEMM K, attention KV) are also latency bound: with ``num_stages - 1`` tiles in flight an
+  iteration takes at least 0.8 us / (num_stages - 1) (Little's law).
 - memory: DRAM bytes including tile re-reads (GEMM A/B panels are re-read per wave of
   concurrently resident programs unless A and B fit in half the L2), over 4.3 TB/s (measured
   copy bandwidth), capped by Little's law: programs in flight x bytes each has outstanding
@@ -11,8 +14,10 @@ config alone, the max of a compute, a DRAM and a tile-load time.
 - tile loads: every byte each program loads into shared memory (all re-reads, padded tiles)
   over an L2 bandwidth of 12 TB/s; this is what makes small GEMM tiles slow.
 
-It ignores instruction-level effects (MMA shape efficiency, register spills, bank conflicts):
-configs it cannot tell apart tie and fall back to config-key order.
+The predicted time is the bound term plus 10% of the others (imperfect overlap). It ignores
+instruction-level effects (MMA shape efficiency, register spills, bank conflicts); configs it
+cannot tell apart tie and fall back to config-key order. Constants are physical figures or
+guesses, never fitted to the dataset.
 
 >>> import pandas as pd
 >>> rows = pd.DataFrame({"kernel": "gemm", "dtype": "float16", "M": 4096, "N": 4096,
@@ -35,6 +40,8 @@ PEAK_TENSOR_FLOPS = 790e12  # measured bf16 matmul rate, H200
 PEAK_FP32_FLOPS = 60e12  # CUDA-core fp32 (H200 SXM spec ~67 TFLOP/s, less in practice)
 DRAM_BW = 4.3e12  # measured device copy bandwidth, bytes/s
 DRAM_LATENCY_S = 0.8e-6  # load-to-use latency used for Little's law
+LOAD_LATENCY_S = 0.8e-6  # global -> shared tile load issued by a pipelined K loop (a guess)
+REGS_PER_SM = 65536
 L2_BW = 12e12  # L2 -> SM bandwidth for tile loads (H100-class figure, not measured here)
 NUM_SMS = 132
 L2_BYTES = 50 * 2**20
@@ -42,6 +49,7 @@ SM_SHARED = 233472  # per SM, sm_90
 MAX_WARPS_PER_SM = 64
 MAX_CTAS_PER_SM = 32
 GROUP_M = 8  # the GEMM kernel's fixed tile-group width
+OVERLAP_LEAK = 0.1  # share of the non-bound terms that is not hidden (a guess, not fitted)
 SOFTMAX_OPS_PER_ELEMENT = 6  # max, sub, exp2, add, mul, compare on the fp32 path
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 
@@ -79,16 +87,40 @@ def _itemsize(rows: pd.DataFrame) -> np.ndarray:
     return rows["dtype"].astype(str).map(_ITEMSIZE).fillna(2).to_numpy(dtype=float)
 
 
-def _ctas_per_sm(smem: np.ndarray, warps: np.ndarray) -> np.ndarray:
+def _ctas_per_sm(smem: np.ndarray, warps: np.ndarray, regs: np.ndarray | None = None
+                 ) -> np.ndarray:
     by_smem = np.floor(SM_SHARED / (smem + 1024))
-    return np.maximum(1, np.minimum.reduce([by_smem, MAX_WARPS_PER_SM // warps,
-                                            np.full_like(smem, MAX_CTAS_PER_SM)]))
+    limits = [by_smem, MAX_WARPS_PER_SM // warps, np.full_like(smem, MAX_CTAS_PER_SM)]
+    if regs is not None:
+        limits.append(np.floor(REGS_PER_SM / (regs * 32 * warps)))
+    return np.maximum(1, np.minimum.reduce(limits))
+
+
+def _pipelined_compute(programs, ctas, iters, iter_s, stages) -> np.ndarray:
+    """Tensor-core time of a K loop on each SM: its ``ceil(programs / SMs)`` programs run
+    ``ctas`` at a time, sharing the SM's peak. Little's law: a load issued ``stages - 1``
+    iterations ahead must arrive in time, so an iteration lasts at least latency / (stages-1).
+    ``iter_s``: one iteration running alone on an SM.
+    """
+    per_sm = np.ceil(programs / NUM_SMS)
+    together = np.minimum(ctas, per_sm)
+    t_mma = iter_s * together
+    t_iter = np.maximum(t_mma, LOAD_LATENCY_S / np.maximum(stages - 1, 1))
+    return np.ceil(per_sm / together) * iters * t_iter
 
 
 def _memory_time(dram_bytes, programs, ctas, inflight_per_program) -> np.ndarray:
     resident = np.minimum(programs, NUM_SMS * ctas)
     bandwidth = np.minimum(DRAM_BW, resident * inflight_per_program / DRAM_LATENCY_S)
     return dram_bytes / bandwidth
+
+
+def _overlap(*terms: np.ndarray) -> np.ndarray:
+    """The bound term plus ``OVERLAP_LEAK`` of the others: overlap is never perfect, and this
+    also orders configs that tie on the bound (less traffic wins)."""
+    stacked = np.stack(terms)
+    bound = stacked.max(axis=0)
+    return bound + OVERLAP_LEAK * (stacked.sum(axis=0) - bound)
 
 
 def gemm_time(rows: pd.DataFrame) -> np.ndarray:
@@ -102,10 +134,12 @@ def gemm_time(rows: pd.DataFrame) -> np.ndarray:
     tiles = tm * tn
     programs = tiles * split
     k_iters = np.ceil(kt / split)  # per program; the last split may have fewer
-    per_sm = np.ceil(programs / NUM_SMS)
-    t_compute = per_sm * 2 * bm * bn * bk * k_iters / (PEAK_TENSOR_FLOPS / NUM_SMS)
+    # Registers: the fp32 accumulator plus ~40 for addresses and operands.
+    regs = np.minimum(255, bm * bn / (32 * warps) + 40)
+    ctas = _ctas_per_sm(stages * (bm * bk + bk * bn) * e, warps, regs)
+    iter_s = 2 * bm * bn * bk / (PEAK_TENSOR_FLOPS / NUM_SMS)
+    t_compute = _pipelined_compute(programs, ctas, k_iters, iter_s, stages)
 
-    ctas = _ctas_per_sm(stages * (bm * bk + bk * bn) * e, warps)
     resident = np.minimum(programs, NUM_SMS * ctas)
     # A wave of resident programs covers consecutive tiles in grouped order: up to GROUP_M
     # tile rows, then whole tile columns. Panels shared inside a wave come from L2 once.
@@ -123,7 +157,7 @@ def gemm_time(rows: pd.DataFrame) -> np.ndarray:
     inflight = np.maximum(stages - 1, 1) * (bm + bn) * bk * e
     t_memory = _memory_time(ab_bytes + c_bytes, programs, ctas, inflight)
     t_l2 = programs * (bm + bn) * panel_k * e / L2_BW
-    return np.maximum.reduce([t_compute, t_memory, t_l2])
+    return _overlap(t_compute, t_memory, t_l2)
 
 
 def softmax_time(rows: pd.DataFrame) -> np.ndarray:
@@ -147,7 +181,7 @@ def softmax_time(rows: pd.DataFrame) -> np.ndarray:
     dram = n_rows * cols * e * (reads + 1)
     inflight = rpp * block * e * np.where(one_pass, 1, np.maximum(stages, 1))
     t_memory = _memory_time(dram, programs, ctas, inflight)
-    return np.maximum(t_compute, t_memory)
+    return _overlap(t_compute, t_memory)
 
 
 def attention_time(rows: pd.DataFrame) -> np.ndarray:
@@ -162,19 +196,20 @@ def attention_time(rows: pd.DataFrame) -> np.ndarray:
     kv_per_head = np.array([_kv_visits(*a) for a in zip(s, bm, bn, causal, strict=True)])
     bh = b * h
     programs = q_blocks * bh
-    mma_flops = bh * kv_per_head * 4 * bm * bn * d
-    exp_ops = bh * kv_per_head * bm * bn * SOFTMAX_OPS_PER_ELEMENT
-    waves = np.ceil(programs / NUM_SMS)
-    balance = programs / (waves * NUM_SMS)
-    t_compute = (mma_flops / PEAK_TENSOR_FLOPS + exp_ops / PEAK_FP32_FLOPS) / balance
-    ctas = _ctas_per_sm((stages * bn * d * 2 + bm * d) * e, warps)
+    # Per KV block: QK^T and PV on tensor cores, the online softmax on CUDA cores.
+    iter_s = (4 * bm * bn * d / (PEAK_TENSOR_FLOPS / NUM_SMS)
+              + bm * bn * SOFTMAX_OPS_PER_ELEMENT / (PEAK_FP32_FLOPS / NUM_SMS))
+    regs = np.minimum(255, bm * (bn + d) / (32 * warps) + 40)  # fp32 scores and output
+    ctas = _ctas_per_sm((stages * bn * d * 2 + bm * d) * e, warps, regs)
+    # Causal programs differ in length; the mean trip count stands for all of them.
+    t_compute = _pipelined_compute(programs, ctas, kv_per_head / q_blocks, iter_s, stages)
     # Consecutive programs are query blocks of one head, so they share its K/V through L2:
     # Q, K, V and O cross DRAM about once.
     dram = bh * s * d * e * 4
     inflight = np.maximum(stages - 1, 1) * 2 * bn * d * e
     t_memory = _memory_time(dram, programs, ctas, inflight)
     t_l2 = bh * (q_blocks * bm * d + kv_per_head * 2 * bn * d) * e / L2_BW
-    return np.maximum.reduce([t_compute, t_memory, t_l2])
+    return _overlap(t_compute, t_memory, t_l2)
 
 
 @functools.lru_cache(maxsize=4096)
