@@ -240,6 +240,8 @@ class CostModel(BaseEstimator):
         The JSON holds the schema version, params, feature list, families, GPU, triton version,
         training data hash and per-family training shape ranges (log2 min/max).
         """
+        import xgboost as xgb
+
         self._check_fitted()
         json_path, ubj_path = _model_paths(path)
         json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -249,7 +251,7 @@ class CostModel(BaseEstimator):
             "params": self.get_params(), "feature_set": self.features,
             "feature_names": list(self.feature_names_), "families": list(self.families_),
             "gpu": self.gpu_, "triton_version": self.triton_version_,
-            "xgboost_version": _version("xgboost"), "train_hash": self.train_hash_,
+            "xgboost_version": xgb.__version__, "train_hash": self.train_hash_,
             "n_train_rows": self.n_train_rows_, "n_train_workloads": self.n_train_workloads_,
             "shape_ranges": self.shape_ranges_, "booster": ubj_path.name,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
