@@ -21,6 +21,10 @@ _EXPORTS = {
     "load_dataset": "costtune.store",
     "Store": "costtune.store",
     "ReplayRunner": "costtune.measure.replay",
+    "prune_configs_by": "costtune.hook",
+    "autotune": "costtune.hook",
+    "harvest": "costtune.hook",
+    "CosttuneWarning": "costtune.hook",
 }
 
 __all__ = sorted(_EXPORTS)

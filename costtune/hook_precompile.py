@@ -1,0 +1,90 @@
+"""Precompile the configs that survive pruning, in parallel, before Triton benchmarks them.
+
+Triton compiles configs one after another while it benchmarks; here pool workers call the
+kernel's ``warmup`` for every surviving config at once, which fills Triton's on-disk cache, so
+the benchmark loop then loads each kernel. Workers rebuild the tensor arguments as empty CPU
+tensors of the same shapes, strides and dtypes (as ``costtune.compile`` does for the collector)
+and import the kernel by module and name. GPU only: the interpreter compiles nothing.
+
+>>> precompile(tuner, survivors, named_args, kwargs)  # doctest: +SKIP
+(8, 8)
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from costtune.compile import error_text, rebuild_inputs, tensor_specs
+from costtune.hook_kernel import call_args
+
+
+def can_precompile() -> bool:
+    """True on a CUDA machine outside Triton's interpreter."""
+    from triton import knobs
+
+    if knobs.runtime.interpret:
+        return False
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def precompile(tuner: Any, configs: Sequence[Any], named_args: Mapping[str, Any],
+               kwargs: Mapping[str, Any], *, workers: int | None = None,
+               timeout_s: float = 600.0) -> tuple[int, int] | None:
+    """Compile ``configs`` of ``tuner`` (a triton Autotuner) for this call's arguments in the
+    compile pool; (compiled, submitted), or None when skipped (no GPU, the interpreter, fewer
+    than two configs, arguments a worker cannot receive)."""
+    if len(configs) < 2 or not can_precompile():
+        return None
+    from costtune.compile import _pool  # the collector's long-lived spawn pool
+
+    base = tuner.base_fn
+    args = tensor_specs({n: named_args[n] for n in tuner.arg_names if n in named_args})
+    extra = tensor_specs(call_args({}, kwargs))
+    jobs = [(base.__module__, base.__name__, args, extra, c.all_kwargs()) for c in configs]
+    try:
+        pickle.dumps(jobs)
+    except Exception:  # e.g. a tensor descriptor argument: let Triton compile as usual
+        return None
+    pool = _pool(workers or os.cpu_count() or 1)
+    futures = [pool.submit(warmup_config, *job) for job in jobs]
+    deadline = time.monotonic() + timeout_s
+    done = 0
+    for fut in futures:
+        try:
+            done += fut.result(timeout=max(0.0, deadline - time.monotonic())) == ""
+        except Exception:  # a timeout or a dead worker: Triton compiles that config itself
+            pass
+    return done, len(jobs)
+
+
+def warmup_config(module: str, name: str, arg_specs: dict[str, Any],
+                  kwarg_specs: dict[str, Any], meta: dict[str, Any]) -> str:
+    """Compile one config in a pool worker (fills Triton's disk cache); "" or the error."""
+    from triton.runtime.autotuner import Heuristics
+    from triton.runtime.jit import JITFunction
+
+    try:
+        fn = getattr(importlib.import_module(module), name)
+        args = rebuild_inputs(arg_specs)
+        kw = {**rebuild_inputs(kwarg_specs), **meta}
+        # Autotuner and Heuristics wrap the JIT function; heuristics add kwargs the compile
+        # needs, in the order their run() would.
+        while not isinstance(fn, JITFunction):
+            if isinstance(fn, Heuristics):
+                for arg, rule in fn.values.items():
+                    kw[arg] = rule({**args, **kw})
+            fn = fn.fn
+        fn.warmup(*args.values(), grid=(1,), **kw)
+    except Exception as exc:  # the benchmark loop meets (and reports) the same failure
+        return error_text(exc)
+    return ""

@@ -1,0 +1,357 @@
+"""The autotune pruning hook, on CPU: Triton's interpreter runs the kernels and a do_bench that
+counts its calls shows what Triton benchmarked. Models are small XGBoost models trained here on
+a few real H200 GEMM workloads (datasets/h200), so every test runs without a GPU."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import costtune
+from costtune.hook import CosttuneWarning, keep_count
+from costtune.kernels import gemm, relative_error
+from costtune.model.features import config_rows
+from costtune.model.xgb import CostModel
+from costtune.types import Config
+
+DATASET = Path(__file__).resolve().parents[1] / "datasets" / "h200"
+# Training sizes span M 1..1000, N 256..11008, K 512..32768: SHAPE is inside (with the hook's
+# one-octave margin) and small enough for the interpreter.
+TRAIN = ["gemm_M512_N512_K512_float16", "gemm_M1000_N1000_K1000_float16",
+         "gemm_M1_N1000_K3001_float16", "gemm_M128_N256_K32768_float16",
+         "gemm_M4_N11008_K4096_float16"]
+SHAPE = {"M": 16, "N": 128, "K": 256}
+SMALL = [triton.Config({"BLOCK_M": 32, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk},
+                       num_warps=4, num_stages=2)
+         for bn, bk, sk in itertools.product((64, 128), (64, 128), (1, 2))]
+
+
+@pytest.fixture(scope="module")
+def train_rows() -> pd.DataFrame:
+    df = costtune.load_dataset(DATASET, kernel="gemm")
+    return df[df["workload"].isin(TRAIN)].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def model(train_rows) -> CostModel:
+    return CostModel(n_estimators=20, max_depth=4, family="gemm").fit(train_rows)
+
+
+@pytest.fixture(scope="module")
+def model_path(model, tmp_path_factory) -> Path:
+    return model.save(tmp_path_factory.mktemp("models") / "gemm_small")
+
+
+class Bench:
+    """do_bench that runs the config once: counts calls, times on the host clock."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, fn, quantiles=None):
+        self.calls += 1
+        start = time.perf_counter()
+        fn()
+        ms = (time.perf_counter() - start) * 1e3
+        return [ms, ms, ms]
+
+
+def gemm_tuner(configs, bench, **prune_options):
+    prune = costtune.prune_configs_by(**prune_options)
+    tuner = triton.autotune(configs, key=["M", "N", "K"], prune_configs_by=prune,
+                            reset_to_zero=["c_ptr"], do_bench=bench)(gemm._gemm_kernel)
+    return tuner, prune["early_config_prune"]
+
+
+def run_gemm(tuner, shape):
+    """costtune's GEMM kernel through the tuner, into a zeroed fp32 C (split-K adds into it)."""
+    x = gemm.make_inputs(shape, "float16")
+    a, b = x["a"], x["b"]
+    m, n, k = shape["M"], shape["N"], shape["K"]
+    c = torch.zeros(m, n, dtype=torch.float32)
+    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),
+                         meta["SPLIT_K"])
+    tuner[grid](a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), GROUP_M=8,
+                UPCAST_DOT=False)
+    assert relative_error(c, gemm.reference(x)) < 1e-3
+    return c
+
+
+def ours(record) -> list[str]:
+    return [str(w.message) for w in record if issubclass(w.category, CosttuneWarning)]
+
+
+@pytest.fixture
+def record():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+def test_benchmarks_only_the_models_top_k(model, record):
+    configs = gemm.config_space(SHAPE).to_triton()
+    bench = Bench()
+    tuner, pruner = gemm_tuner(configs, bench, model=model, top_k=3, family="gemm")
+    run_gemm(tuner, SHAPE)
+    assert bench.calls == 3 and len(tuner.configs_timings) == 3
+    expected = [c.key for c in model.top_k("gemm", SHAPE, "float16", configs, 3)]
+    assert pruner.last.kept == expected
+    assert Config.from_triton(tuner.best_config).key in expected
+    # a second shape is a new tuning key: pruned again, still 3 benchmarks
+    run_gemm(tuner, {"M": 32, "N": 256, "K": 512})
+    assert bench.calls == 6 and pruner.last.problem == {"M": 32, "N": 256, "K": 512}
+    assert ours(record) == []
+
+
+@pytest.mark.parametrize("top_k, kept", [(0, 1), (0.01, 1), (0.5, 4), (1.0, 8), (50, 8)])
+def test_never_empty_and_fractions(model, top_k, kept):
+    pruner = costtune.prune_configs_by(model, top_k, family="gemm")["early_config_prune"]
+    assert len(pruner(SMALL, {**SHAPE, "a": torch.empty(1, dtype=torch.float16)})) == kept
+
+
+def test_top_k_zero_benchmarks_one(model):
+    bench = Bench()
+    tuner, _ = gemm_tuner(SMALL, bench, model=model, top_k=0)
+    run_gemm(tuner, SHAPE)
+    assert bench.calls == 1
+    assert keep_count(0.0, 3) == 1 and keep_count(0.34, 3) == 2
+
+
+def test_ties_broken_by_config_key(model):
+    # GROUP_SIZE_M means nothing to the GEMM model: these configs score exactly alike.
+    tied = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_SIZE_M": g})
+            for g in (1, 2, 4, 8, 16, 32)]
+    args = {**SHAPE, "a": torch.empty(1, dtype=torch.float16)}
+    pruner = costtune.prune_configs_by(model, 3, family="gemm")["early_config_prune"]
+    first = [Config.from_triton(c).key for c in pruner(tied, args)]
+    again = [Config.from_triton(c).key for c in pruner(tied[::-1], args)]
+    assert first == again == sorted(Config.from_triton(c).key for c in tied)[:3]
+
+
+@pytest.mark.parametrize("case", ["missing_model", "other_gpu", "out_of_range",
+                                  "unknown_family"])
+def test_fallbacks_warn_once_and_keep_tuning(case, model, model_path, tmp_path, monkeypatch,
+                                             record):
+    options = {"model": model_path, "top_k": 1, "family": "gemm"}
+    shapes = [SHAPE, {"M": 32, "N": 256, "K": 512}]
+    expect = 4  # widen=4 x top_k=1
+    if case == "missing_model":
+        options["model"], expect = tmp_path / "absent", len(SMALL)
+    elif case == "other_gpu":
+        monkeypatch.setattr("costtune.hook_model.current_gpu", lambda: "NVIDIA A100-SXM4-80GB")
+    elif case == "out_of_range":
+        shapes = [{"M": 16, "N": 32, "K": 32}, {"M": 16, "N": 16, "K": 64}]
+    else:
+        options["family"], expect = "conv", 1  # told from the configs and args: gemm
+    bench = Bench()
+    tuner, pruner = gemm_tuner(SMALL, bench, **options)
+    for shape in shapes:
+        run_gemm(tuner, shape)
+    assert bench.calls == 2 * expect
+    messages = ours(record)
+    assert len(messages) == 1, messages
+    word = {"missing_model": "no usable cost model", "other_gpu": "NVIDIA A100",
+            "out_of_range": "outside the trained range", "unknown_family": "'conv'"}[case]
+    assert word in messages[0] and f"benchmarking {expect} of 8" in messages[0]
+
+
+@triton.jit
+def _tiny_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k0 in range(0, k, BK):
+        kk = k0 + rk
+        a = tl.load(x + rm[:, None] * k + kk[None, :], mask=(rm[:, None] < m) & (kk[None, :] < k),
+                    other=0.0)
+        b = tl.load(y + kk[:, None] * n + rn[None, :], mask=(kk[:, None] < k) & (rn[None, :] < n),
+                    other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(out + rm[:, None] * n + rn[None, :], acc, mask=(rm[:, None] < m) & (rn[None, :] < n))
+
+
+USER = [triton.Config({"BM": 32, "BN": bn, "BK": bk}, num_warps=w, num_stages=2)
+        for bn, bk, w in itertools.product((32, 64, 128), (32, 64), (4, 8))]
+USER_PARAMS = {"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"}
+
+
+def tiny_matmul_tuner(model_path, bench, **options):
+    return costtune.autotune(USER, key=["m", "n", "k"], top_k=2, model=model_path,
+                             family="gemm", problem={"M": "m", "N": ("y", 1), "K": "k"},
+                             params=USER_PARAMS, do_bench=bench, **options)(_tiny_matmul)
+
+
+def run_tiny_matmul(tuner, m, n, k):
+    x, y = (torch.randn(s, dtype=torch.float32).to(torch.float16) for s in ((m, k), (k, n)))
+    out = torch.empty(m, n, dtype=torch.float32)
+    tuner[lambda meta: (triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"]))](
+        x, y, out, m, n, k)
+    assert relative_error(out, x.float() @ y.float()) < 1e-3
+
+
+def test_user_kernel_with_mapping_and_neutral_split_k(model, model_path, record):
+    bench = Bench()
+    tuner = tiny_matmul_tuner(model_path, bench)
+    run_tiny_matmul(tuner, 16, 128, 256)
+    pruner = tuner.early_config_prune
+    assert bench.calls == 2 and ours(record) == []
+    assert pruner.last.family == "gemm" and pruner.last.problem == SHAPE
+    assert pruner.last.precompiled is None  # the interpreter compiles nothing
+    # Scored exactly as the family's configs with the neutral SPLIT_K=1
+    as_family = [Config({"BLOCK_M": c.kwargs["BM"], "BLOCK_N": c.kwargs["BN"],
+                         "BLOCK_K": c.kwargs["BK"], "SPLIT_K": 1}, num_warps=c.num_warps,
+                        num_stages=c.num_stages) for c in USER]
+    expected = model.predict(config_rows("gemm", SHAPE, "float16", as_family))
+    np.testing.assert_allclose(pruner.last.scores, expected, rtol=1e-6)
+    best = [USER[as_family.index(c)] for c in model.top_k("gemm", SHAPE, "float16",
+                                                           as_family, 2)]
+    assert tuner.best_config in best
+
+
+@triton.jit
+def _row_add(x, y, out, n_cols, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    offs = tl.program_id(0) * n_cols + cols
+    mask = cols < n_cols
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+@pytest.mark.parametrize("options, word", [
+    ({}, "cannot tell the kernel family"),
+    ({"family": "softmax", "params": {"BLOCK": "BLOCK_N"},
+      "problem": {"rows": ("x", 0), "cols": "n_cols"}}, "not softmax"),
+])
+def test_unknown_kernel_keeps_all_configs(model, options, word, record):
+    configs = [triton.Config({"BLOCK": b}) for b in (128, 256, 512)]
+    bench = Bench()
+    tuner = costtune.autotune(configs, key=["n_cols"], top_k=1, model=model, do_bench=bench,
+                              **options)(_row_add)
+    x, y = torch.randn(4, 100), torch.randn(4, 100)
+    for _ in range(2):
+        out = torch.empty_like(x)
+        tuner[(4,)](x, y, out, 100)
+        assert torch.equal(out, x + y)
+    assert bench.calls == 3  # the second call hits Triton's tuning cache
+    messages = ours(record)
+    assert len(messages) == 1 and word in messages[0]
+
+
+def test_two_stage_needs_compiled_features(model, record):
+    pruner = costtune.prune_configs_by(model, 2, family="gemm", two_stage=True)[
+        "early_config_prune"]
+    args = {**SHAPE, "a": torch.empty(1, dtype=torch.float16)}
+    assert len(pruner(SMALL, args)) == 2 and len(pruner(SMALL, args)) == 2
+    assert not pruner.last.stage2
+    messages = ours(record)
+    assert len(messages) == 1 and "compiled features" in messages[0]
+
+
+def fake_compiled(rows: pd.DataFrame, **_) -> pd.DataFrame:
+    """Stand-in for the AOT compile (tens of seconds here): registers grow with the tile,
+    and BLOCK_N=64 with BLOCK_K=64 'fails' to compile."""
+    from costtune.features.compiled import COMPILED_FEATURES
+
+    keys = rows.drop_duplicates(["workload", "config"]).reset_index(drop=True)
+    table = pd.DataFrame(0.0, index=keys.index, columns=COMPILED_FEATURES)
+    table["n_regs"] = keys["BLOCK_M"] * keys["BLOCK_N"] / keys["num_warps"]
+    bad = (keys["BLOCK_N"] == 64) & (keys["BLOCK_K"] == 64)
+    table.insert(0, "compile_status", np.where(bad, "out_of_resources", "ok"))
+    table.insert(0, "config", keys["config"])
+    table.insert(0, "workload", keys["workload"])
+    return table
+
+
+def test_two_stage_reranks_the_shortlist(train_rows, monkeypatch, record):
+    compiled = CostModel(features="static+compiled", family="gemm", n_estimators=10,
+                         max_depth=3).fit(train_rows, compiled=fake_compiled(train_rows))
+    calls = []
+    monkeypatch.setattr("costtune.features.compiled.compiled_features",
+                        lambda rows, **kw: calls.append(len(rows)) or fake_compiled(rows))
+    pruner = costtune.prune_configs_by(compiled, 2, family="gemm", two_stage=True,
+                                       shortlist=8)["early_config_prune"]
+    args = {**SHAPE, "a": torch.empty(1, dtype=torch.float16)}
+    kept = pruner(SMALL, args)
+    assert pruner.last.stage2 and calls == [8] and ours(record) == []
+    assert all(not (c.kwargs["BLOCK_N"] == 64 and c.kwargs["BLOCK_K"] == 64) for c in kept)
+    pruner(SMALL, args)
+    assert calls == [8]  # compiled features are remembered
+
+
+def test_harvest_writes_rows_that_load_back(model, model_path, tmp_path):
+    from triton.runtime.autotuner import Autotuner
+
+    original = Autotuner.run
+    store = tmp_path / "harvest"
+    with costtune.harvest(store) as h:
+        run_tiny_matmul(tiny_matmul_tuner(model_path, Bench()), 16, 128, 256)
+        run_tiny_matmul(tiny_matmul_tuner(model_path, Bench()), 16, 128, 256)  # stored once
+        tuner, _ = gemm_tuner(SMALL, Bench(), model=model, top_k=2)
+        run_gemm(tuner, SHAPE)
+    assert Autotuner.run is original and h.rows == 4 and h.errors == []
+    df = costtune.load_dataset(store)
+    assert set(df["kernel"]) == {"_tiny_matmul", "gemm"} and (df["status"] == "ok").all()
+    assert (df["time_ms"] > 0).all() and set(df["family"]) == {"gemm"}
+    user = df[df["kernel"] == "_tiny_matmul"]
+    assert (user[["M", "N", "K"]].to_numpy() == [16, 128, 256]).all()
+    assert (user["SPLIT_K"] == 1).all() and user["BLOCK_N"].notna().all()
+    assert costtune.Store(store).part_meta(costtune.Store(store).parts("gemm")[0])["gpu"]
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="unknown option"):
+        costtune.autotune(SMALL, ["M"], bogus=1)
+    with pytest.raises(ValueError, match="gemm sizes"):
+        costtune.prune_configs_by(family="gemm", problem={"X": "m"})
+    with pytest.raises(ValueError, match="gemm parameters"):
+        costtune.prune_configs_by(family="gemm", params={"BM": "BLOCK_Q"})
+    with pytest.raises(ValueError, match="top_k"):
+        costtune.prune_configs_by(top_k=-1)
+
+
+@pytest.mark.gpu
+def test_two_stage_and_precompile_on_gpu(train_rows, tmp_path):
+    """On the GPU: real AOT compiled features of the shortlist and the parallel precompile of
+    the survivors (the model itself learns from stand-in compiled features)."""
+    compiled = CostModel(features="static+compiled", family="gemm", n_estimators=10).fit(
+        train_rows, compiled=fake_compiled(train_rows))
+    tuner = costtune.autotune(SMALL, ["M", "N", "K"], top_k=2, model=compiled, two_stage=True,
+                              shortlist=4, cache_dir=tmp_path, reset_to_zero=["c_ptr"])(
+        gemm._gemm_kernel)
+    x = gemm.make_inputs({"M": 512, "N": 512, "K": 512}, "float16", device="cuda")
+    c = torch.zeros(512, 512, dtype=torch.float32, device="cuda")
+    grid = lambda meta: (triton.cdiv(512, meta["BLOCK_M"]) ** 2, meta["SPLIT_K"])
+    a, b = x["a"], x["b"]
+    tuner[grid](a, b, c, 512, 512, 512, *a.stride(), *b.stride(), *c.stride(), GROUP_M=8,
+                UPCAST_DOT=False)
+    last = tuner.early_config_prune.last
+    assert last.stage2 and last.precompiled == (2, 2)
+
+
+def test_prune_vs_exhaustive_plans_on_cpu(capsys):
+    """The GPU experiment's argument parsing and dry run (its runs need the H200)."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "prune_vs_exhaustive.py"
+    spec = importlib.util.spec_from_file_location("prune_vs_exhaustive", path)
+    script = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = script
+    spec.loader.exec_module(script)
+    assert script.main(["--dry-run", "--budget-s", "120", "--ks", "1,8"]) == 0
+    out = capsys.readouterr().out
+    assert "plan:" in out and "exhaustive" in out and "over the time budget" in out
+    runs, _ = script.plan(["gemm"], 1, [8], ["exhaustive", "costtune", "tutorial"], False, 16)
+    assert [r.label for r in runs] == ["exhaustive", "costtune k=8", "tutorial"]
+    assert runs[0].n_space == len(gemm.config_space(script.SHAPES["gemm"][0]))
+    with pytest.raises(SystemExit):
+        script.main(["--dry-run", "--families", "conv"])
