@@ -25,6 +25,8 @@ _EXPORTS = {
     "autotune": "costtune.hook",
     "harvest": "costtune.hook",
     "CosttuneWarning": "costtune.hook",
+    "CostModel": "costtune.model.xgb",
+    "collect_dask": "costtune.distributed",
 }
 
 __all__ = sorted(_EXPORTS)
