@@ -1,0 +1,87 @@
+"""CPU tests of the collection plumbing: error classification, compile specs, suites, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import costtune.collect as collect_mod
+from costtune.compile import classify_error, precompile, rebuild_inputs, tensor_specs
+from costtune.store import Store
+from costtune.types import Config, Measurement, Status, Workload
+
+
+def test_classify_error_maps_triton_failures():
+    from triton.runtime.errors import OutOfResources, PTXASError
+
+    assert classify_error(OutOfResources(300000, 232448, "shared memory")) \
+        is Status.OUT_OF_RESOURCES
+    assert classify_error(PTXASError("ptxas fatal")) is Status.PTXAS_ERROR
+    assert classify_error(RuntimeError("ptxas died")) is Status.PTXAS_ERROR
+    assert classify_error(ValueError("bad block")) is Status.COMPILE_ERROR
+
+
+def test_specs_rebuild_shapes_strides_and_pass_values():
+    a = torch.randn(8, 6).t()  # non-contiguous
+    specs = tensor_specs({"a": a, "causal": True})
+    back = rebuild_inputs(specs)
+    assert back["a"].shape == a.shape and back["a"].stride() == a.stride()
+    assert back["a"].dtype == a.dtype and back["causal"] is True
+
+
+def test_precompile_turns_a_bad_config_into_a_row():
+    from costtune.kernels import gemm
+
+    w = Workload("gemm", {"M": 32, "N": 32, "K": 32}, "float16")
+    inputs = gemm.make_inputs(w.sizes, "float16")
+    bad = Config({"BLOCK_M": 48, "BLOCK_N": 32, "BLOCK_K": 32, "SPLIT_K": 1})
+    out = precompile(w, [bad], inputs, workers=0)
+    assert out[bad.key].status is Status.COMPILE_ERROR
+    assert "BLOCK_M" in out[bad.key].error
+
+
+def test_suite_workloads_default_dtypes_and_errors(tmp_path):
+    ws = collect_mod.suite_workloads("softmax", "test")
+    fp16 = [w for w in ws if w.dtype == "float16"]
+    bf16 = [w for w in ws if w.dtype == "bfloat16"]
+    assert len(fp16) == len(collect_mod.suite_problems("softmax", "test")) and 0 < len(bf16)
+    with pytest.raises(ValueError, match="not supported"):
+        collect_mod.suite_workloads("attention", "test", ["float32"])
+    with pytest.raises(ValueError, match="neither"):
+        collect_mod.suite_problems("gemm", "nosuch")
+    f = tmp_path / "shapes.json"
+    f.write_text(json.dumps([{"M": 64, "N": 64}]))
+    with pytest.raises(ValueError, match="lacks"):
+        collect_mod.suite_problems("gemm", str(f))
+    f.write_text(json.dumps([{"M": 64, "N": 64, "K": 64}]))
+    assert collect_mod.suite_workloads("gemm", str(f), ["bfloat16"])[0].id \
+        == "gemm_M64_N64_K64_bfloat16"
+
+
+def _fake_collect_workload(calls):
+    def run(workload, configs, **kw):
+        calls.append((workload.id, len(configs)))
+        return [Measurement(workload, c, Status.OK, time_ms=1.0 + i,
+                            extra={**kw.get("extra", {})}).as_row()
+                for i, c in enumerate(configs)]
+    return run
+
+
+def test_collect_resumes_and_respects_the_budget(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(collect_mod, "collect_workload", _fake_collect_workload(calls))
+    ws = collect_mod.suite_workloads("softmax", "test", ["float16"])[:3]
+    store = Store(tmp_path)
+    s1 = collect_mod.collect(ws[:2], store, max_configs=5, time_budget_s=None)
+    assert s1["workloads"] == 2 and s1["configs"] == 10
+    # Workloads already stored are skipped; only the new one is measured.
+    s2 = collect_mod.collect(ws, store, max_configs=5)
+    assert s2["skipped_workloads"] == 2 and calls[-1][0] == ws[2].id
+    df = store.load("softmax")
+    assert len(df) == 15 and not df.duplicated(["workload", "config"]).any()
+    # A spent budget starts no workload.
+    more = collect_mod.suite_workloads("softmax", "train", ["float16"])[:2]
+    s3 = collect_mod.collect(more, store, max_configs=5, time_budget_s=0.0)
+    assert s3["stopped_early"] and s3["workloads"] == 0
