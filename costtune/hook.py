@@ -94,8 +94,8 @@ class ConfigPruner:
             raise ValueError(f"range_margin must be >= 0 or None, got {range_margin!r}")
         spec.check()
         self.model, self.top_k, self.spec = model, top_k, spec
-        self.two_stage, self.shortlist, self.stage2_model = bool(two_stage), int(shortlist), \
-            stage2_model
+        self.two_stage, self.shortlist = bool(two_stage), int(shortlist)
+        self.stage2_model = stage2_model
         self.widen = None if widen is None else int(widen)
         self.range_margin, self.workers, self.cache_dir = range_margin, workers, cache_dir
         self.last: PruneDecision | None = None

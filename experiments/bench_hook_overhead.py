@@ -35,7 +35,10 @@ GOAL_MS = 10.0
 def load_or_train(name: str) -> tuple[CostModel, str]:
     """The model to time, and where it came from."""
     try:
-        return CostModel.load(name), f"`{name}` (loaded)"
+        model = CostModel.load(name)
+        return model, (f"`{name}` (loaded): {model.n_estimators} trees of depth "
+                       f"{model.max_depth}, {model.objective}, {model.features} features, "
+                       f"families {', '.join(model.families_)}")
     except FileNotFoundError:
         if name != "h200":
             raise
@@ -150,7 +153,9 @@ def main(argv: list[str] | None = None) -> dict:
         f"Goal <= {GOAL_MS:g} ms per call: **{'met' if ok else 'not met'}** on median wall time"
         f"; process CPU time {'meets' if hook['cpu_median'] <= GOAL_MS else 'misses'} it. "
         "On a shared machine wall time includes waiting for a core (see the load average "
-        "below); process CPU time is what the call costs on an idle core.",
+        "below); process CPU time leaves that out but still runs slower on a core whose "
+        "sibling is busy. Model inference grows with the number of trees: it is the part a "
+        "smaller model would cut.",
         "",
         "## Provenance",
         "",

@@ -164,6 +164,35 @@ def test_fallbacks_warn_once_and_keep_tuning(case, model, model_path, tmp_path, 
     assert word in messages[0] and f"benchmarking {expect} of 8" in messages[0]
 
 
+@pytest.mark.parametrize("case, kept, word", [
+    ("triton", 4, "triton 3.0.0"), ("schema", 8, "feature schema"),
+    ("dtype", 4, "no float32"), ("grid", 4, "launch grid"), ("compiled", 4, "two_stage")])
+def test_model_doubts_widen_or_keep_all(case, kept, word, model, train_rows, record):
+    """More reasons not to trust the ranking, checked on direct hook calls."""
+    import copy
+
+    args = {**SHAPE, "a": torch.empty(1, dtype=torch.float16)}
+    kwargs = {}
+    if case == "compiled":
+        model = CostModel(features="static+compiled", family="gemm", n_estimators=5).fit(
+            train_rows, compiled=fake_compiled(train_rows))
+    else:
+        model = copy.deepcopy(model)
+    if case == "triton":
+        model.triton_version_ = "3.0.0"
+    elif case == "schema":
+        model.feature_names_ = model.feature_names_[:-1]
+    elif case == "dtype":
+        args["a"] = torch.empty(1, dtype=torch.float32)
+    elif case == "grid":
+        kwargs["grid"] = (132,)  # a persistent kernel: not the family's tiling
+    pruner = costtune.prune_configs_by(model, 1, family="gemm")["early_config_prune"]
+    assert len(pruner(SMALL, args, **kwargs)) == kept
+    assert len(pruner(SMALL, args, **kwargs)) == kept
+    messages = ours(record)
+    assert len(messages) == 1 and word in messages[0], messages
+
+
 @triton.jit
 def _tiny_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
