@@ -268,14 +268,21 @@ def run_in_subprocess(run: Run, args: argparse.Namespace, timeout_s: float) -> d
         return {**out, "status": "ok", **json.loads(lines[-1][len("RESULT "):])}
 
 
-def two_stage_model_ok(args: argparse.Namespace) -> tuple[bool, str]:
+def check_models(args: argparse.Namespace) -> tuple[str | None, bool, str]:
+    """(why the model cannot load or None, stage-2 model has compiled features, note). The
+    costtune runs would only measure the hook's keep-everything fallback without a model
+    (the device image, for one, lacks xgboost unless a wheel is carried)."""
     from costtune.model import CostModel
 
     try:
-        model = CostModel.load(args.stage2_model or args.model)
+        CostModel.load(args.model)
     except Exception as exc:
-        return False, f"{type(exc).__name__}: {exc}"
-    return model.features != "static", f"feature set {model.features!r}"
+        return f"cannot load model {args.model!r}: {type(exc).__name__}: {exc}", False, ""
+    try:
+        stage2 = CostModel.load(args.stage2_model or args.model)
+    except Exception as exc:
+        return None, False, f"stage-2 model: {type(exc).__name__}: {exc}"
+    return None, stage2.features != "static", f"stage-2 feature set {stage2.features!r}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,13 +315,17 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown families/methods {bad}")
     ks = [int(k) for k in args.ks.split(",") if k]
-    two_ok, why = two_stage_model_ok(args)
+    broken, two_ok, why = check_models(args)
+    if broken and any(m.startswith("costtune") for m in methods):
+        if not args.dry_run:
+            ap.error(broken)
+        print(f"WARNING: {broken}")
     cores = os.cpu_count() or 1
     runs, dropped = plan(families, args.shapes_per_family, ks, methods, two_ok, cores)
     chosen, over = select(runs, args.budget_s)
     dropped += over
     print(f"plan: {len(chosen)} runs, ~{sum(r.est_s for r in chosen):.0f} s estimated of "
-          f"{args.budget_s:.0f} s budget; two-stage model: {why}")
+          f"{args.budget_s:.0f} s budget; {why}")
     for run in chosen:
         print(f"  {run.family:9s} {run.problem} {run.label:14s} space {run.n_space:4d} "
               f"~{run.est_s:5.0f} s")
