@@ -144,7 +144,7 @@ class ConfigPruner:
                        rename: Mapping[str, str]) -> list[dict[str, Any]]:
         self.config_keys(configs)
         if family not in self._params:
-            self._params[family] = family_params(family, configs, rename)
+            self._params[family] = family_params(family, configs, rename=rename)
         return self._params[family]
 
     def _prune(self, configs: Sequence[Any], named_args: Mapping[str, Any],
@@ -166,7 +166,7 @@ class ConfigPruner:
                           "the configs and args"))
             spec = replace(spec, family=None)
         try:
-            launch = describe(spec, configs, args)
+            launch = describe(spec, configs, args=args)
             params = self._family_params(launch.family, configs, spec.params)
         except NotApplicable as exc:
             notes.append((exc.category, str(exc)))
@@ -226,7 +226,7 @@ class ConfigPruner:
             notes.append(("two_stage", f"compiled features failed ({type(exc).__name__}: "
                           f"{exc}); stage 2 skipped"))
             return order
-        sub = stage2_order(model, features.iloc[short], table, keys[short])
+        sub = stage2_order(model, features.iloc[short], table=table, keys=keys[short])
         decision.stage2 = True
         return np.concatenate([short[sub], order[len(short):]])
 
@@ -244,7 +244,7 @@ def _grid_doubts(grid: Any, args: dict[str, Any], configs: Sequence[Any], keys: 
     Checked on up to 32 configs spread over the list (grids often call ``triton.cdiv``, a
     JIT function that costs microseconds per call from Python)."""
     picks = np.unique(np.linspace(0, len(configs) - 1, min(len(configs), 32)).astype(int))
-    programs = grid_programs(grid, args, [configs[i] for i in picks])
+    programs = grid_programs(grid, args, configs=[configs[i] for i in picks])
     expected = features["num_programs"].to_numpy()[picks]
     bad = np.flatnonzero(np.isfinite(programs) & (programs != expected))
     if not len(bad):
@@ -341,7 +341,8 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
 
             workers = prune_kw.get("workers")
             prune["early_config_prune"].after_prune = (
-                lambda kept, named, kw: run(tuner, kept, named, kw, workers=workers))
+                lambda kept, named, kw: run(tuner, kept, named_args=named, kwargs=kw,
+                                            workers=workers))
         return tuner
 
     return decorator

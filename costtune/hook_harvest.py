@@ -59,10 +59,10 @@ class Harvester:
         self.rows = 0
         self.errors: list[str] = []
 
-    def record(self, tuner: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+    def record(self, tuner: Any, args: tuple, *, kwargs: dict[str, Any]) -> None:
         """Store ``tuner.configs_timings`` of the call ``tuner.run(*args, **kwargs)``."""
         try:
-            kernel, rows = tuning_rows(tuner, args, kwargs, gpu=self.meta.get("gpu"))
+            kernel, rows = tuning_rows(tuner, args, kwargs=kwargs, gpu=self.meta.get("gpu"))
             stored = self.store.measured_keys(kernel)
             rows = [r for r in rows if (r["workload"], r["config"]) not in stored]
             if rows:
@@ -111,7 +111,7 @@ def enable_harvest(store_dir: str | os.PathLike, *,
             timings = getattr(self, "configs_timings", None)
             if timings is not None and timings is not before:
                 for h in list(_ACTIVE):
-                    h.record(self, args, kwargs)
+                    h.record(self, args, kwargs=kwargs)
             return out
 
         Autotuner.run = run
@@ -137,7 +137,7 @@ def harvest(store_dir: str | os.PathLike, *,
         harvester.close()
 
 
-def tuning_rows(tuner: Any, args: tuple, kwargs: dict[str, Any], *,
+def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
                 gpu: str | None = None) -> tuple[str, list[dict[str, Any]]]:
     """(kernel, rows) for the tuning ``tuner.run(*args, **kwargs)`` just did."""
     from costtune.hook import ConfigPruner
@@ -152,8 +152,8 @@ def tuning_rows(tuner: Any, args: tuple, kwargs: dict[str, Any], *,
     base = tuner.base_fn
     own = base.__module__ in {f"costtune.kernels.{f}" for f in FAMILIES}
     try:
-        launch = describe(spec, configs, all_args)
-        params = family_params(launch.family, configs, spec.params)
+        launch = describe(spec, configs, args=all_args)
+        params = family_params(launch.family, configs, rename=spec.params)
         family, problem, dtype = launch.family, launch.problem, launch.dtype
     except NotApplicable:
         family, params = None, None

@@ -8,10 +8,10 @@ config into the family's parameter dict, so static features and the cost model a
 >>> import triton
 >>> cfg = triton.Config({"BM": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=3)
 >>> spec = LaunchSpec(family="gemm", params={"BM": "BLOCK_M"}, dtype="float16")
->>> launch = describe(spec, [cfg], {"M": 512, "N": 256, "K": 128})
+>>> launch = describe(spec, [cfg], args={"M": 512, "N": 256, "K": 128})
 >>> launch.family, launch.problem
 ('gemm', {'M': 512, 'N': 256, 'K': 128})
->>> family_params("gemm", [cfg], spec.params)[0]["SPLIT_K"]
+>>> family_params("gemm", [cfg], rename=spec.params)[0]["SPLIT_K"]
 1
 """
 
@@ -99,7 +99,7 @@ def call_args(named_args: Mapping[str, Any], kwargs: Mapping[str, Any]) -> dict[
     return out
 
 
-def describe(spec: LaunchSpec, configs: Sequence[Any], args: Mapping[str, Any]) -> Launch:
+def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any]) -> Launch:
     """The launch's family, problem sizes and dtype; NotApplicable when they cannot be told."""
     dtype = spec.dtype or first_tensor_dtype(args)
     if dtype is None:
@@ -108,7 +108,8 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], args: Mapping[str, Any]) 
         if spec.family not in FAMILIES:
             raise NotApplicable("family", f"unknown kernel family {spec.family!r} (known: "
                                 f"{', '.join(FAMILIES)})")
-        return Launch(spec.family, resolve_problem(spec.family, args, spec.problem), dtype)
+        return Launch(spec.family, resolve_problem(spec.family, args, spec=spec.problem),
+                      dtype)
     names = {spec.params.get(k, k) for c in configs for k in c.kwargs}
     for family in _INFER_ORDER:
         required, neutral = FAMILY_PARAMS[family]
@@ -118,7 +119,7 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], args: Mapping[str, Any]) 
         if family == "softmax" and not names <= {*required, *neutral}:
             continue
         try:
-            return Launch(family, resolve_problem(family, args, spec.problem), dtype)
+            return Launch(family, resolve_problem(family, args, spec=spec.problem), dtype)
         except NotApplicable:
             continue
     raise NotApplicable("family", f"cannot tell the kernel family from config parameters "
@@ -126,7 +127,8 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], args: Mapping[str, Any]) 
                         "and params=")
 
 
-def resolve_problem(family: str, args: Mapping[str, Any], spec: ProblemSpec) -> dict[str, int]:
+def resolve_problem(family: str, args: Mapping[str, Any], *,
+                    spec: ProblemSpec) -> dict[str, int]:
     """The family's problem sizes: from ``spec`` (a mapping or a callable), else args with the
     family's names, else tensor shapes (GEMM a @ b, softmax x, attention q)."""
     keys = PROBLEM_KEYS[family]
@@ -219,7 +221,7 @@ def first_tensor_dtype(args: Mapping[str, Any]) -> str | None:
     return None
 
 
-def family_params(family: str, configs: Sequence[Any],
+def family_params(family: str, configs: Sequence[Any], *,
                   rename: Mapping[str, str]) -> list[dict[str, Any]]:
     """Per config: the family's parameters (renamed, neutral values filled in) plus num_warps
     and num_stages. Parameters the family does not know are left out."""
@@ -239,7 +241,7 @@ def family_params(family: str, configs: Sequence[Any],
     return out
 
 
-def grid_programs(grid: Any, args: Mapping[str, Any], configs: Sequence[Any]) -> np.ndarray:
+def grid_programs(grid: Any, args: Mapping[str, Any], *, configs: Sequence[Any]) -> np.ndarray:
     """Programs each config launches under ``grid`` (a tuple or a callable of the meta args),
     evaluated once per distinct set of config kwargs. NaN where the grid cannot be evaluated."""
     out = np.full(len(configs), np.nan)

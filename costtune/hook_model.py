@@ -160,7 +160,7 @@ def target_arch() -> int:
     return 90
 
 
-def stage2_order(model: Any, static: pd.DataFrame, table: pd.DataFrame,
+def stage2_order(model: Any, static: pd.DataFrame, *, table: pd.DataFrame,
                  keys: np.ndarray) -> np.ndarray:
     """Positions into the shortlist, best first: configs the AOT compile rejected (e.g.
     OutOfResources) go last, the rest by the model's score on static + compiled features."""

@@ -6,7 +6,7 @@ the benchmark loop then loads each kernel. Workers rebuild the tensor arguments 
 tensors of the same shapes, strides and dtypes (as ``costtune.compile`` does for the collector)
 and import the kernel by module and name. GPU only: the interpreter compiles nothing.
 
->>> precompile(tuner, survivors, named_args, kwargs)  # doctest: +SKIP
+>>> precompile(tuner, survivors, named_args=named_args, kwargs=kwargs)  # doctest: +SKIP
 (8, 8)
 """
 
@@ -37,8 +37,8 @@ def can_precompile() -> bool:
         return False
 
 
-def precompile(tuner: Any, configs: Sequence[Any], named_args: Mapping[str, Any],
-               kwargs: Mapping[str, Any], *, workers: int | None = None,
+def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, Any],
+               kwargs: Mapping[str, Any], workers: int | None = None,
                timeout_s: float = 600.0) -> tuple[int, int] | None:
     """Compile ``configs`` of ``tuner`` (a triton Autotuner) for this call's arguments in the
     compile pool; (compiled, submitted), or None when skipped (no GPU, the interpreter, fewer
@@ -50,13 +50,14 @@ def precompile(tuner: Any, configs: Sequence[Any], named_args: Mapping[str, Any]
     base = tuner.base_fn
     args = tensor_specs({n: named_args[n] for n in tuner.arg_names if n in named_args})
     extra = tensor_specs(call_args({}, kwargs))
-    jobs = [(base.__module__, base.__name__, args, extra, c.all_kwargs()) for c in configs]
+    jobs = [{"module": base.__module__, "name": base.__name__, "arg_specs": args,
+             "kwarg_specs": extra, "meta": c.all_kwargs()} for c in configs]
     try:
         pickle.dumps(jobs)
     except Exception:  # e.g. a tensor descriptor argument: let Triton compile as usual
         return None
     pool = _pool(workers or os.cpu_count() or 1)
-    futures = [pool.submit(warmup_config, *job) for job in jobs]
+    futures = [pool.submit(warmup_config, **job) for job in jobs]
     deadline = time.monotonic() + timeout_s
     done = 0
     for fut in futures:
@@ -67,7 +68,7 @@ def precompile(tuner: Any, configs: Sequence[Any], named_args: Mapping[str, Any]
     return done, len(jobs)
 
 
-def warmup_config(module: str, name: str, arg_specs: dict[str, Any],
+def warmup_config(module: str, name: str, *, arg_specs: dict[str, Any],
                   kwarg_specs: dict[str, Any], meta: dict[str, Any]) -> str:
     """Compile one config in a pool worker (fills Triton's disk cache); "" or the error."""
     from triton.runtime.autotuner import Heuristics

@@ -62,7 +62,7 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def time_calls(prune, configs, shapes, repeats: int) -> dict[str, float]:
+def time_calls(prune, configs, *, shapes, repeats: int) -> dict[str, float]:
     """Per-call wall and process-CPU milliseconds; the first call is reported apart."""
     a = torch.empty(1, dtype=torch.float16)  # the hook reads only its dtype
     first, wall, cpu = None, [], []
@@ -83,7 +83,7 @@ def time_calls(prune, configs, shapes, repeats: int) -> dict[str, float]:
             "cpu_median": statistics.median(cpu), "n": len(wall)}
 
 
-def time_parts(model, configs, shapes, repeats: int) -> tuple[float, float]:
+def time_parts(model, configs, *, shapes, repeats: int) -> tuple[float, float]:
     """Median process-CPU ms of the two big parts alone: static features, model inference."""
     feats, infer = [], []
     for _ in range(repeats):
@@ -118,10 +118,11 @@ def main(argv: list[str] | None = None) -> dict:
         warnings.simplefilter("always")
         prune = costtune.prune_configs_by(model, args.top_k, family="gemm")[
             "early_config_prune"]
-        hook = time_calls(prune, configs, shapes, args.repeats)
+        hook = time_calls(prune, configs, shapes=shapes, repeats=args.repeats)
     fallbacks = sorted({str(w.message) for w in caught
                         if issubclass(w.category, costtune.CosttuneWarning)})
-    features_ms, inference_ms = time_parts(model, configs, shapes, max(1, args.repeats // 2))
+    features_ms, inference_ms = time_parts(model, configs, shapes=shapes,
+                                           repeats=max(1, args.repeats // 2))
     load_after = os.getloadavg()
     env = environment()
     ok = hook["median"] <= GOAL_MS

@@ -78,7 +78,7 @@ class Run:
         return self.method if self.k is None else f"{self.method} k={self.k}"
 
 
-def plan(families: list[str], shapes_per_family: int, ks: list[int], methods: list[str],
+def plan(families: list[str], shapes_per_family: int, *, ks: list[int], methods: list[str],
          two_stage_ok: bool, cores: int) -> tuple[list[Run], list[tuple[Run, str]]]:
     """Runs in priority order, and runs left out with the reason."""
     runs, dropped = [], []
@@ -165,7 +165,7 @@ def method_configs(fam: Any, run: Run) -> list[Any]:
     return fam.config_space(run.problem).to_triton()
 
 
-def tuned_launch(fam: Any, inputs: dict, configs: list, run: Run, do_bench: Any,
+def tuned_launch(fam: Any, inputs: dict, *, configs: list, run: Run, do_bench: Any,
                  options: dict[str, Any]) -> tuple[Any, Any]:
     """(launch(), tuner): the family's main kernel under an autotuner over ``configs``."""
     names = fam.config_space().names
@@ -213,7 +213,8 @@ def run_one(run: Run, *, model: str, stage2_model: str | None, reps: int) -> dic
         return benchmark(fn, quantiles=quantiles)
 
     options = {"model": model, **({"stage2_model": stage2_model} if stage2_model else {})}
-    launch, tuner = tuned_launch(fam, inputs, configs, run, do_bench, options)
+    launch, tuner = tuned_launch(fam, inputs, configs=configs, run=run, do_bench=do_bench,
+                                 options=options)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         start = time.perf_counter()
@@ -244,7 +245,7 @@ def run_one(run: Run, *, model: str, stage2_model: str | None, reps: int) -> dic
 
 
 # ---------------------------------------------------------------------- driver (parent)
-def run_in_subprocess(run: Run, args: argparse.Namespace, timeout_s: float) -> dict[str, Any]:
+def run_in_subprocess(run: Run, args: argparse.Namespace, *, timeout_s: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ct-prune-") as tmp:
         env = {**os.environ, "TRITON_CACHE_DIR": f"{tmp}/triton",
                "COSTTUNE_CACHE": f"{tmp}/features",
@@ -321,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(broken)
         print(f"WARNING: {broken}")
     cores = os.cpu_count() or 1
-    runs, dropped = plan(families, args.shapes_per_family, ks, methods, two_ok, cores)
+    runs, dropped = plan(families, args.shapes_per_family, ks=ks, methods=methods,
+                         two_stage_ok=two_ok, cores=cores)
     chosen, over = select(runs, args.budget_s)
     dropped += over
     print(f"plan: {len(chosen)} runs, ~{sum(r.est_s for r in chosen):.0f} s estimated of "
@@ -344,13 +346,13 @@ def main(argv: list[str] | None = None) -> int:
             dropped.append((run, "deadline reached before it started"))
             continue
         timeout = min(max(90.0, 4 * run.est_s), left)
-        res = run_in_subprocess(run, args, timeout)
+        res = run_in_subprocess(run, args, timeout_s=timeout)
         results.append((run, res))
         print(f"{run.family} {run.problem} {run.label}: {res['status']}, tune "
               f"{res.get('tune_s', math.nan):.1f} s (est {run.est_s:.0f}), "
               f"{res.get('n_benchmarked')} benchmarked, kernel {res.get('kernel_ms')} ms "
               f"{res.get('error', '')}", flush=True)
-    write_report(results, dropped, args, time.perf_counter() - start)
+    write_report(results, dropped, args=args, wall_s=time.perf_counter() - start)
     return 0
 
 
@@ -401,7 +403,7 @@ def geomean(values: Any) -> float:
     return float(np.exp(np.log(v).mean())) if len(v) else math.nan
 
 
-def write_report(results: list[tuple[Run, dict]], dropped: list[tuple[Run, str]],
+def write_report(results: list[tuple[Run, dict]], dropped: list[tuple[Run, str]], *,
                  args: argparse.Namespace, wall_s: float) -> None:
     from costtune.env import environment
 

@@ -247,6 +247,32 @@ def test_user_kernel_with_mapping_and_neutral_split_k(model, model_path, record)
     assert tuner.best_config in best
 
 
+def test_precompile_submits_survivors(model_path, monkeypatch):
+    """The GPU-only precompile, with the pool replaced: one picklable job per survivor that
+    names the kernel and rebuilds its arguments."""
+    from concurrent.futures import Future
+
+    jobs = []
+
+    class Pool:
+        def submit(self, fn, **job):
+            jobs.append(job)
+            done = Future()
+            done.set_result("")
+            return done
+
+    monkeypatch.setattr("costtune.hook_precompile.can_precompile", lambda: True)
+    monkeypatch.setattr("costtune.compile._pool", lambda workers: Pool())
+    tuner = tiny_matmul_tuner(model_path, Bench())
+    run_tiny_matmul(tuner, 16, 128, 256)
+    assert tuner.early_config_prune.last.precompiled == (2, 2)
+    assert {j["name"] for j in jobs} == {"_tiny_matmul"}
+    assert jobs[0]["arg_specs"]["x"] == ("tensor", (16, 256), (256, 1), "float16")
+    assert jobs[0]["arg_specs"]["m"] == ("value", 16)
+    kept = {tuple(sorted(j["meta"].items())) for j in jobs}
+    assert kept == {tuple(sorted(c.all_kwargs().items())) for c in tuner.configs_timings}
+
+
 @triton.jit
 def _row_add(x, y, out, n_cols, BLOCK: tl.constexpr):
     cols = tl.arange(0, BLOCK)
@@ -379,7 +405,8 @@ def test_prune_vs_exhaustive_plans_on_cpu(capsys):
     assert script.main(["--dry-run", "--budget-s", "120", "--ks", "1,8"]) == 0
     out = capsys.readouterr().out
     assert "plan:" in out and "exhaustive" in out and "over the time budget" in out
-    runs, _ = script.plan(["gemm"], 1, [8], ["exhaustive", "costtune", "tutorial"], False, 16)
+    runs, _ = script.plan(["gemm"], 1, ks=[8], methods=["exhaustive", "costtune", "tutorial"],
+                          two_stage_ok=False, cores=16)
     assert [r.label for r in runs] == ["exhaustive", "costtune k=8", "tutorial"]
     assert runs[0].n_space == len(gemm.config_space(script.SHAPES["gemm"][0]))
     with pytest.raises(SystemExit):
