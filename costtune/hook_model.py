@@ -121,7 +121,9 @@ def concerns(model: Any, launch: Launch, *, range_margin: float | None) -> list[
 
 def score(model: Any, features: pd.DataFrame) -> np.ndarray:
     """Scores (higher = predicted faster) of feature rows; absent columns count as missing."""
-    x = features.reindex(columns=model.feature_names_).to_numpy(dtype=np.float32)
+    if list(features.columns) != model.feature_names_:
+        features = features.reindex(columns=model.feature_names_)
+    x = features.to_numpy(dtype=np.float32)
     raw = np.asarray(model.booster_.inplace_predict(x), dtype=float)
     return -raw if model.objective == "reg:logtime" else raw
 
