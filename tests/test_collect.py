@@ -85,3 +85,37 @@ def test_collect_resumes_and_respects_the_budget(tmp_path, monkeypatch):
     more = collect_mod.suite_workloads("softmax", "train", ["float16"])[:2]
     s3 = collect_mod.collect(more, store, max_configs=5, time_budget_s=0.0)
     assert s3["stopped_early"] and s3["workloads"] == 0
+
+
+def test_collect_cli_reports_and_resumes(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from costtune.cli import app
+
+    calls: list = []
+    monkeypatch.setattr(collect_mod, "collect_workload", _fake_collect_workload(calls))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
+    import costtune.env
+
+    # The environment probe would ask the (absent) GPU for its name and clocks.
+    monkeypatch.setattr(costtune.env, "environment", lambda *a, **k: {"gpu": "stub"})
+    monkeypatch.setattr(costtune.env, "sm_clock_mhz", lambda *a, **k: None)
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps([{"rows": 64, "cols": 1000}, {"rows": 8, "cols": 77}]))
+    args = ["collect", "softmax", "--suite", str(shapes), "--out", str(tmp_path / "store"),
+            "--max-configs", "4", "--dtype", "float16"]
+
+    def summary(result) -> dict:
+        assert result.exit_code == 0, result.output
+        text = result.output.replace("\n", " ")
+        return json.loads(text[text.rindex("{"):])
+
+    first = summary(CliRunner().invoke(app, args))
+    assert (first["workloads"], first["configs"], first["ok"]) == (2, 8, 8)
+    again = summary(CliRunner().invoke(app, args))
+    assert again["workloads"] == 0 and again["skipped_workloads"] == 2
+    assert len(calls) == 2
+    bad = CliRunner().invoke(app, ["collect", "softmax", "--suite", "nosuch"])
+    assert bad.exit_code == 2 and "neither" in bad.output
