@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 # Module names under costtune.commands, in the order `costtune --help` lists them.
-COMMANDS: list[str] = ["features", "train", "eval"]
+COMMANDS: list[str] = ["features", "train", "eval", "study"]
 
 
 def register_all(app) -> None:
