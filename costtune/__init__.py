@@ -27,6 +27,7 @@ _EXPORTS = {
     "CosttuneWarning": "costtune.hook",
     "CostModel": "costtune.model.xgb",
     "collect_dask": "costtune.distributed",
+    "ConfigStudy": "costtune.search",
 }
 
 __all__ = sorted(_EXPORTS)
