@@ -11,12 +11,10 @@ experiments/results/leaderboard.{md,csv,png} and leaderboard_workloads.csv.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
+from report_header import provenance
 
 import costtune
 from costtune.model import CostModel, attach_features, leaderboard, plot_topk, topk_table
@@ -26,18 +24,6 @@ KS = (1, 2, 4, 8, 16)
 # The goals for the shipped model, per kernel family.
 GOALS = (("top8", 0.99), ("top4", 0.97), ("top1", 0.93), ("worst8", 0.95))
 TIE = 5e-4  # scores are printed to 3 decimals: closer than this is a tie, not a loss
-
-
-def provenance(dataset: Path, n_rows: int) -> str:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"- Data: `{dataset}` ({n_rows:,} rows, timed on an NVIDIA H200; see its "
-            f"DATASHEET.md).\n- Command: `python {' '.join(sys.argv)}`\n"
-            f"- Generated {when} at commit {commit} (CPU only).")
 
 
 def is_baseline(name: str) -> bool:

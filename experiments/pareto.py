@@ -22,13 +22,11 @@ version is experiments/prune_vs_exhaustive.py. Writes experiments/results/pareto
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from report_header import provenance
 
 import costtune
 from costtune.model import (
@@ -50,18 +48,6 @@ FLUSH_MS = 256 * 2**20 / 4.3e12 * 1e3  # do_bench zeroes a 256 MiB buffer before
 # DESIGN.md: cold triton.autotune, 328 GEMM configs, 4096^3, H200: 178 s, ~136 s compiling.
 MEASURED_COLD = {"workload": "gemm_M4096_N4096_K4096_float16", "configs": 328, "total_s": 178.0,
                  "compile_s": 136.0}
-
-
-def provenance(dataset: Path, n_rows: int) -> str:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"- Data: `{dataset}` ({n_rows:,} rows, timed on an NVIDIA H200; see its "
-            f"DATASHEET.md).\n- Command: `python {' '.join(sys.argv)}`\n"
-            f"- Generated {when} at commit {commit} (CPU only).")
 
 
 def compile_estimates(df: pd.DataFrame) -> tuple[pd.Series, pd.DataFrame]:

@@ -11,14 +11,12 @@ Writes experiments/results/sample_efficiency.{md,csv,png}.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from report_header import provenance
 
 import costtune
 from costtune.model import CostModel, evaluate
@@ -28,18 +26,6 @@ KS = (1, 2, 4, 8, 16)
 MODEL = "xgb:static"
 STATIC = "best-static-16:skip"
 SHOWN = (MODEL, STATIC, "random")
-
-
-def provenance(dataset: Path, n_rows: int) -> str:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"- Data: `{dataset}` ({n_rows:,} rows, timed on an NVIDIA H200; see its "
-            f"DATASHEET.md).\n- Command: `python {' '.join(sys.argv)}`\n"
-            f"- Generated {when} at commit {commit} (CPU only).")
 
 
 def train_shapes(df: pd.DataFrame) -> dict[str, list[tuple]]:

@@ -14,12 +14,11 @@ Writes experiments/results/static_vs_compiled.{md,csv}.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
+from report_header import provenance
 
 import costtune
 from costtune.model import CostModel, evaluate
@@ -31,18 +30,6 @@ MODELS = ("xgb:static", "xgb:static+compiled")
 SKIPPED = 3  # exit status: inputs missing, nothing measured
 WHY_MISSING = ("GEMM/softmax compiled features were not computed in this session: ~5,400 "
                "unique sm_90 compiles at ~1.6 CPU-s each do not fit the shared 2-core machine")
-
-
-def provenance(dataset: Path, n_rows: int) -> str:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"- Data: `{dataset}` ({n_rows:,} rows, timed on an NVIDIA H200; see its "
-            f"DATASHEET.md).\n- Command: `python {' '.join(sys.argv)}`\n"
-            f"- Generated {when} at commit {commit} (CPU only).")
 
 
 def compute_command(dataset: Path, kernel: str | None) -> str:

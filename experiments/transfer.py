@@ -16,13 +16,11 @@ Writes experiments/results/transfer.{md,csv,png}.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
+from report_header import provenance
 
 import costtune
 from costtune.model import CostModel, evaluate
@@ -33,18 +31,6 @@ PROTOCOLS = {"split": "train suite -> test suite", "kfold": "unseen shapes (grou
              "lofo": "unseen family (train on the other two)"}
 METRICS = ["top1", "top2", "top4", "top8", "top16", "worst8", "kendall_tau", "n_workloads"]
 MODEL = "xgb:static"
-
-
-def provenance(dataset: Path, n_rows: int) -> str:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"- Data: `{dataset}` ({n_rows:,} rows, timed on an NVIDIA H200; see its "
-            f"DATASHEET.md).\n- Command: `python {' '.join(sys.argv)}`\n"
-            f"- Generated {when} at commit {commit} (CPU only).")
 
 
 def run(df: pd.DataFrame, *, trees: int) -> tuple[pd.DataFrame, dict[str, float]]:
