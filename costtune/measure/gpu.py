@@ -178,7 +178,10 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
     measure_wall = time.perf_counter() - t0 - compile_wall
     ok = [k for k, m in results.items() if m.status is Status.OK]
     rng = random.Random(seed + 1)
-    for key in rng.sample(ok, min(len(ok), max(1, round(retime_fraction * len(ok))))):
+    n_retime = round(retime_fraction * len(ok))
+    if retime_fraction > 0:
+        n_retime = max(1, n_retime)  # every workload gets at least one noise sample
+    for key in rng.sample(ok, min(len(ok), n_retime)):
         times, _ = time_graph(lambda c=results[key].config: family.launch(inputs, c), reps=reps,
                               flush=flush)
         results[key].extra["retime_ms"] = statistics.median(times)
