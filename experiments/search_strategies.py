@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dataset", default=str(ROOT / "datasets" / "h200"))
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--trials", type=int, default=64)
-    p.add_argument("--gp-seeds", type=int, default=2)
+    p.add_argument("--gp-seeds", type=int, default=10)
     p.add_argument("--gp-trials", type=int, default=32)
     p.add_argument("--every", type=int, default=2, help="every Nth test shape of each family")
     p.add_argument("--gp-every", type=int, default=4, help="GP on every Nth of those only")
