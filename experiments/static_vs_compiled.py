@@ -28,8 +28,9 @@ KS = (1, 2, 4, 8, 16)
 MIN_COMPILED = 0.9
 MODELS = ("xgb:static", "xgb:static+compiled")
 SKIPPED = 3  # exit status: inputs missing, nothing measured
-WHY_MISSING = ("GEMM/softmax compiled features were not computed in this session: ~5,400 "
-               "unique sm_90 compiles at ~1.6 CPU-s each do not fit the shared 2-core machine")
+WHY_MISSING = ("GEMM compiled features were not computed in the first session: ~4,000 distinct "
+               "sm_90 compiles at ~1–2 CPU-s each do not fit the shared 2-core machine "
+               "(experiments/results/features_cost.md)")
 
 
 def compute_command(dataset: Path, kernel: str | None) -> str:
