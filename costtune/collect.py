@@ -67,6 +67,22 @@ def workload_configs(workload: Workload, *, max_configs: int | None = None,
     return space.sample(max_configs, seed=seed) if max_configs else space.configs()
 
 
+def plan_workloads(workloads: list[Workload], store, *, max_configs: int | None = None,
+                   seed: int = 0) -> tuple[list[tuple[Workload, list[Config]]], int]:
+    """(workload, configs not yet stored) for each workload with work left, and how many had
+    none (resume). Duplicate workloads count once."""
+    unique = list(dict.fromkeys(workloads))
+    kernel_done: dict[str, set] = {}
+    todo = []
+    for w in unique:
+        done = kernel_done.setdefault(w.kernel, store.measured_keys(w.kernel))
+        configs = [c for c in workload_configs(w, max_configs=max_configs, seed=seed)
+                   if (w.id, c.key) not in done]
+        if configs:
+            todo.append((w, configs))
+    return todo, len(unique) - len(todo)
+
+
 def collect_workload(workload: Workload, configs: list[Config], *, reps: int = 10,
                      seed: int = 0, workers: int | None = None, extra: dict | None = None,
                      progress: Callable[[Measurement], None] | None = None) -> list[dict]:
@@ -158,17 +174,9 @@ def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: i
     from costtune.env import environment, sm_clock_mhz
 
     t0 = time.perf_counter()
-    kernel_done: dict[str, set] = {}
-    todo: list[tuple[Workload, list[Config]]] = []
-    for w in workloads:
-        done = kernel_done.setdefault(w.kernel, store.measured_keys(w.kernel))
-        configs = [c for c in workload_configs(w, max_configs=max_configs, seed=seed)
-                   if (w.id, c.key) not in done]
-        if configs:
-            todo.append((w, configs))
+    todo, n_skipped = plan_workloads(workloads, store, max_configs=max_configs, seed=seed)
     summary = {"workloads": 0, "configs": 0, "ok": 0, "failed": 0, "skipped_workloads":
-               len(workloads) - len(todo), "stopped_early": False, "seconds": 0.0,
-               "errors": []}
+               n_skipped, "stopped_early": False, "seconds": 0.0, "errors": []}
     from costtune.measure.gpu import TIMING_METHOD
 
     env = {**environment(), "timing_method": TIMING_METHOD, **(meta or {})}

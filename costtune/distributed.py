@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 from distributed import WorkerPlugin
 
+from costtune.collect import plan_workloads
 from costtune.compile import error_text
 from costtune.types import Config, Measurement, Status, Workload
 
@@ -141,7 +142,7 @@ def collect_dask(workloads: list[Workload], store, *, scheduler: Any = None,
         raise ValueError("gpus and worker_env shape the local cluster; a given scheduler's "
                          "workers are started (one GPU each, their env set) where they run")
     t0 = time.perf_counter()
-    todo, skipped = _plan(workloads, store, max_configs=max_configs, seed=seed)
+    todo, skipped = plan_workloads(workloads, store, max_configs=max_configs, seed=seed)
     summary: dict[str, Any] = {
         "workloads": 0, "configs": 0, "ok": 0, "failed": 0, "skipped_workloads": skipped,
         "stopped_early": False, "seconds": 0.0, "startup_s": 0.0, "errors": [],
@@ -240,24 +241,6 @@ def _run(client, todo, task_kw, replay_rows, *, retries, t0, time_budget_s, stor
             pending.clear()
         elif pending:
             submit_next()
-
-
-def _plan(workloads: list[Workload], store, *, max_configs: int | None, seed: int
-          ) -> tuple[list[tuple[Workload, list[Config]]], int]:
-    """(workload, configs not yet stored) for each workload with work left; and how many had
-    none. Duplicate workloads count once."""
-    from costtune.collect import workload_configs
-
-    unique = list(dict.fromkeys(workloads))
-    kernel_done: dict[str, set] = {}
-    todo = []
-    for w in unique:
-        done = kernel_done.setdefault(w.kernel, store.measured_keys(w.kernel))
-        configs = [c for c in workload_configs(w, max_configs=max_configs, seed=seed)
-                   if (w.id, c.key) not in done]
-        if configs:
-            todo.append((w, configs))
-    return todo, len(unique) - len(todo)
 
 
 def _replay_rows(dataset, todo) -> dict[str, pd.DataFrame]:
