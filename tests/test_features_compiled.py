@@ -264,3 +264,48 @@ def _cpu_side(entries: list) -> tuple[pd.DataFrame, list[str], list[str]]:
         hashes.append(kernel_source_hash(jobs[main].resolve_fn()))
         specs.append(jobs[main].spec)
     return table, hashes, specs
+
+
+def test_killed_run_keeps_what_it_compiled(tmp_path, monkeypatch):
+    """Each record reaches the disk cache as it arrives: a run stopped part-way resumes."""
+    from types import SimpleNamespace
+
+    import costtune.features.compiled as C
+
+    jobs = [SimpleNamespace(key=f"{i:02d}job", fn_module="m", fn_name="f", spec="s", arch=90)
+            for i in range(3)]
+    calls, stop_at = [], [2]
+
+    def fake_compile(job, *, sass):
+        calls.append(job.key)
+        if len(calls) in stop_at:
+            raise KeyboardInterrupt  # the user (or a time limit) stops the run
+        return {"status": "ok", "n_regs": 40 + len(calls), "compile_s": 0.1}
+
+    monkeypatch.setattr(C, "compile_job", fake_compile)
+    with pytest.raises(KeyboardInterrupt):
+        C.compile_jobs(jobs, workers=1, cache_dir=tmp_path)
+    assert [p.stem for p in tmp_path.rglob("*.json")] == ["00job"]
+
+    calls.clear()
+    stop_at.clear()  # the resumed run compiles only what is missing
+    records = C.compile_jobs([*jobs, jobs[2]], workers=1, cache_dir=tmp_path)
+    assert calls == ["01job", "02job"]  # the duplicate job compiled once
+    assert records["00job"]["n_regs"] == 41 and set(records) == {"00job", "01job", "02job"}
+
+
+def test_features_cli_one_kernel(tmp_path):
+    from typer.testing import CliRunner
+
+    from costtune.cli import app
+
+    root = Path(__file__).resolve().parents[1] / "datasets" / "h200"
+    out = tmp_path / "f.parquet"
+    res = CliRunner().invoke(app, ["features", "--dataset", str(root), "--kernel", "softmax",
+                                   "--no-compiled", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    table = pd.read_parquet(out)
+    assert table["workload"].str.startswith("softmax").all() and len(table) > 1000
+    assert not table.duplicated(["workload", "config"]).any()
+    bad = CliRunner().invoke(app, ["features", "--dataset", str(root), "--kernel", "conv"])
+    assert bad.exit_code == 2 and "unknown kernel family 'conv'" in bad.output

@@ -11,7 +11,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def features(dataset: Path = typer.Option(Path("datasets/h200"), help="store root"),
                  out: Path | None = typer.Option(None, help="parquet file (default "
-                                                 "<dataset>/features.parquet)"),
+                                                 "<dataset>/features.parquet, or "
+                                                 "features_<kernel>.parquet with --kernel)"),
+                 kernel: str | None = typer.Option(None, help="only this kernel family's rows"),
                  compiled: bool = typer.Option(True, help="AOT-compile for --arch too"),
                  arch: int = typer.Option(90, help="CUDA compute capability to compile for"),
                  workers: int | None = typer.Option(None, help="compile processes "
@@ -25,7 +27,22 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"dataset {dataset} does not exist", err=True)
             raise typer.Exit(2)
         t0 = time.perf_counter()
-        table = compute_features(dataset, out=out, compiled=compiled, arch=arch,
+        source = dataset
+        if kernel is not None:
+            from costtune.kernels import get_family
+            from costtune.store import load_dataset
+
+            try:
+                get_family(kernel)
+            except ValueError as exc:
+                typer.echo(f"--kernel: {exc}", err=True)
+                raise typer.Exit(2) from None
+            source = load_dataset(dataset, kernel=kernel)
+            if source.empty:
+                typer.echo(f"dataset {dataset} has no {kernel} rows", err=True)
+                raise typer.Exit(2)
+            out = out or dataset / f"features_{kernel}.parquet"
+        table = compute_features(source, out=out, compiled=compiled, arch=arch,
                                  workers=workers)
         dt = time.perf_counter() - t0
         where = out or dataset / "features.parquet"

@@ -20,8 +20,8 @@ import multiprocessing as mp
 import os
 import pickle
 import time
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -243,50 +243,59 @@ def compile_jobs(jobs: Sequence[CompileJob], *, workers: int | None = None,
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     records: dict[str, dict[str, Any]] = {}
     todo = []
+    by_key = {job.key: job for job in jobs}
+    queued: set[str] = set()
     for job in jobs:
         rec = _cache_read(cache, job.key, sass=sass)
         if rec is None:
-            todo.append(job)
+            if job.key not in queued:  # jobs sharing a key compile once
+                queued.add(job.key)
+                todo.append(job)
         else:
             records[job.key] = rec
     if todo:
         start = time.perf_counter()
-        fresh = _compile_all(todo, workers=workers, sass=sass, pool=pool)
-        log.info("compiled %d jobs in %.1fs (%d cached)", len(todo),
-                 time.perf_counter() - start, len(records))
-        for job in todo:
-            rec = {**fresh[job.key], "kernel_fn": f"{job.fn_module}.{job.fn_name}",
+        # Each record is cached as it arrives, so a run killed part-way keeps what it compiled.
+        for key, fresh in _compile_all(todo, workers=workers, sass=sass, pool=pool):
+            job = by_key[key]
+            rec = {**fresh, "kernel_fn": f"{job.fn_module}.{job.fn_name}",
                    "spec": job.spec, "arch": job.arch, "sass": sass}
             if not rec.pop("transient", False):
                 _cache_write(cache, job.key, rec)
             records[job.key] = rec
+        log.info("compiled %d jobs in %.1fs (%d cached)", len(todo),
+                 time.perf_counter() - start, len(records) - len(todo))
     return records
 
 
 def _compile_all(jobs: list[CompileJob], *, workers: int | None, sass: bool,
-                 pool: ProcessPoolExecutor | None) -> dict[str, dict[str, Any]]:
+                 pool: ProcessPoolExecutor | None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(job.key, record)`` for every job, in order of completion."""
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if pool is None and workers <= 1:
-        return {j.key: compile_job(j, sass=sass) for j in jobs}
+        for j in jobs:
+            yield j.key, compile_job(j, sass=sass)
+        return
     # Kernels a spawned worker cannot import by name (or whose constants do not pickle)
     # compile here instead.
     local = [j for j in jobs if pool is None and not _picklable(j)]
-    out = {j.key: compile_job(j, sass=sass) for j in local}
+    for j in local:
+        yield j.key, compile_job(j, sass=sass)
     own = pool is None
     pool = pool or _pool(workers)
     try:
-        futures = {j.key: pool.submit(compile_job, j, sass=sass) for j in jobs if j not in local}
-        for key, fut in futures.items():
+        futures = {pool.submit(compile_job, j, sass=sass): j.key
+                   for j in jobs if j not in local}
+        for fut in as_completed(futures):
             try:
-                out[key] = fut.result()
+                rec = fut.result()
             except Exception as exc:  # a worker died (e.g. a compiler segfault)
-                out[key] = {"status": Status.COMPILE_ERROR.value, "transient": True,
-                            "error": f"{type(exc).__name__}: {exc}"[:600],
-                            "compile_s": np.nan}
+                rec = {"status": Status.COMPILE_ERROR.value, "transient": True,
+                       "error": f"{type(exc).__name__}: {exc}"[:600], "compile_s": np.nan}
+            yield futures[fut], rec
     finally:
         if own:
             pool.shutdown(cancel_futures=True)
-    return out
 
 
 def _picklable(job: CompileJob) -> bool:
