@@ -71,12 +71,17 @@ def git_state(path: str | os.PathLike | None = None) -> tuple[str, bool | None]:
     pkg = Path(path) if path is not None else _PACKAGE_DIR
     top = _git(pkg, "rev-parse", "--show-toplevel")
     # An installed copy may sit inside some unrelated repo (a venv in a project): ignore that.
-    if not top or not (Path(top) / pkg.name).resolve() == pkg.resolve():
-        return "", None
-    # A device copy of the tree has no .git: the launcher passes the commit in COSTTUNE_COMMIT.
-    commit = _git(pkg, "rev-parse", "HEAD") or os.environ.get("COSTTUNE_COMMIT", "")
-    status = _git(pkg, "status", "--porcelain", "--untracked-files=no")
-    return commit, (bool(status) if status is not None else None)
+    in_checkout = bool(top) and (Path(top) / pkg.name).resolve() == pkg.resolve()
+    head = _git(pkg, "rev-parse", "HEAD") if in_checkout else None
+    status = _git(pkg, "status", "--porcelain", "--untracked-files=no") if in_checkout else None
+    dirty = bool(status) if status is not None else None
+    # A copy of the tree sent to another machine (no .git, or a stale one) knows its commit
+    # only from the launcher, which passes it in COSTTUNE_COMMIT: that wins. Its dirtiness is
+    # known only when the copy's own .git agrees on the commit.
+    given = os.environ.get("COSTTUNE_COMMIT", "").strip()
+    if given:
+        return given, (dirty if head and head.startswith(given) else None)
+    return (head or "", dirty) if in_checkout else ("", None)
 
 
 def _gpu_info(device: int | str | None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ only, writes to a temp folder, and its numbers are never a result.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import tempfile
@@ -38,7 +39,12 @@ GOAL = 1.8
 def run(workloads, n_gpus: int, args, work: Path) -> tuple[pd.DataFrame, dict, dict]:
     store = costtune.Store(work / f"store_{n_gpus}gpu")
     kw = {"gpus": list(range(n_gpus)), "max_configs": args.max_configs, "seed": args.seed,
-          "reps": args.reps, "meta": {"experiment": "dask_scaling", "n_gpus": n_gpus}}
+          "reps": args.reps, "meta": {"experiment": "dask_scaling", "n_gpus": n_gpus,
+                                       "cpu_per_gpu": args.cpu_per_gpu}}
+    if args.cpu_per_gpu == "fixed" and not args.dry_run:
+        # Every GPU worker compiles with the same cores in both runs, as on a cluster where
+        # each GPU brings its own; "shared" lets collect_dask split this host's cores.
+        kw["compile_workers"] = max(1, len(os.sched_getaffinity(0)) // args.gpus)
     if args.dry_run:
         kw.update(runner="replay", replay_dataset=DATASET, replay_delay_s=args.dry_sleep)
     else:  # a cold cache per run: both runs pay the same compiles
@@ -79,6 +85,13 @@ def agreement(one: pd.DataFrame, many: pd.DataFrame) -> tuple[pd.DataFrame, dict
     return pd.DataFrame(per), stats
 
 
+def wall_split(rows: pd.DataFrame) -> dict[str, float]:
+    """Summed per-workload wall seconds: compiling configs vs measuring them on the GPU."""
+    per = rows.drop_duplicates("workload")
+    return {k: float(per[f"workload_{k}_wall_s"].sum()) if f"workload_{k}_wall_s" in per
+            else float("nan") for k in ("compile", "measure")}
+
+
 def dataset_retime_p90() -> float | None:
     if not DATASET.exists():
         return None
@@ -88,7 +101,8 @@ def dataset_retime_p90() -> float | None:
 
 
 def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90) -> str:
-    (_, s1, meta1), (_, sn, meta_n) = runs
+    (rows1, s1, meta1), (rows_n, sn, meta_n) = runs
+    split1, split_n = wall_split(rows1), wall_split(rows_n)
     t1, tn = s1["seconds"] - s1["startup_s"], sn["seconds"] - sn["startup_s"]
     speedup = t1 / tn if tn else float("nan")
     noise = retime_p90 if retime_p90 is not None else CITED_RETIME_P90
@@ -112,14 +126,24 @@ def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90) ->
         f"{args.max_configs}, reps {args.reps}, seed {args.seed}; runs in order 1 GPU, then "
         f"{args.gpus}; fresh store and Triton cache per run; compile workers per GPU worker: "
         f"{meta1.get('compile_workers')} (1 GPU) / {meta_n.get('compile_workers')} "
-        f"({args.gpus} GPUs)",
+        f"({args.gpus} GPUs) ({args.cpu_per_gpu} CPU per GPU: "
+        + ("each GPU worker compiles on the same number of cores in both runs, as on a "
+           "cluster where every GPU brings its cores)" if args.cpu_per_gpu == "fixed" else
+           "the host's cores are split among the GPU workers, so one GPU gets them all)"),
         "",
-        "| run | workloads | configs | failed workloads | cluster start s | collection s |",
-        "|---|---|---|---|---|---|",
+        "| run | workloads | configs | failed workloads | cluster start s | collection s "
+        "| sum compile wall s | sum measure wall s |",
+        "|---|---|---|---|---|---|---|---|",
         f"| 1 GPU | {s1['workloads']} | {s1['configs']} | {len(s1['failed_workloads'])} | "
-        f"{s1['startup_s']:.1f} | {t1:.1f} |",
+        f"{s1['startup_s']:.1f} | {t1:.1f} | {split1['compile']:.1f} | "
+        f"{split1['measure']:.1f} |",
         f"| {args.gpus} GPUs | {sn['workloads']} | {sn['configs']} | "
-        f"{len(sn['failed_workloads'])} | {sn['startup_s']:.1f} | {tn:.1f} |",
+        f"{len(sn['failed_workloads'])} | {sn['startup_s']:.1f} | {tn:.1f} | "
+        f"{split_n['compile']:.1f} | {split_n['measure']:.1f} |",
+        "",
+        "Sum compile/measure wall: per workload, the seconds its GPU worker waited for its "
+        "configs to compile and then spent timing them, summed over workloads (a GPU worker "
+        "does one after the other, so with compiles bound by the CPU, more GPUs do not help).",
         "",
         f"**Speed-up {speedup:.2f}x** on collection time (goal >= {GOAL}x: "
         f"{'met' if speedup >= GOAL else 'NOT met'}); end to end with cluster start "
@@ -153,6 +177,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-workloads", type=int, default=None, help="first N per spec")
     ap.add_argument("--out", type=Path, default=None, help="results folder")
+    ap.add_argument("--cpu-per-gpu", choices=("fixed", "shared"), default="fixed",
+                    help="fixed: each GPU worker compiles on cores/--gpus processes in both "
+                    "runs; shared: collect_dask's default split of this host's cores")
     ap.add_argument("--dry-run", action="store_true", help="replay + sleep on CPU (plumbing)")
     ap.add_argument("--dry-sleep", type=float, default=1.0, help="seconds per replayed task")
     args = ap.parse_args()
@@ -178,6 +205,8 @@ def main() -> None:
     text = report(args, workloads, runs, per, stats, dataset_retime_p90())
     out.mkdir(parents=True, exist_ok=True)
     name = "dask_scaling_dryrun" if args.dry_run else "dask_scaling"
+    if args.cpu_per_gpu == "shared":
+        name += "_shared_cpu"
     (out / f"{name}.md").write_text(text)
     meta = runs[1][2]
     per.assign(dry_run=args.dry_run, n_gpus=args.gpus, gpu=meta.get("gpu"),
