@@ -206,8 +206,13 @@ class ConfigPruner:
                 order: np.ndarray, decision: PruneDecision,
                 notes: list[tuple[str, str]]) -> np.ndarray:
         from costtune.hook_model import compiled_table, load_model, stage2_order, uses_compiled
+        from costtune.model.xgb import is_shipped_name
 
-        source = self.model if self.stage2_model is None else self.stage2_model
+        source = self.stage2_model
+        if source is None:  # a shipped name's stage-2 sibling ("h200" -> "h200_compiled")
+            source = self.model
+            if isinstance(source, str) and is_shipped_name(source):
+                source = f"{source}_compiled"
         try:
             model = load_model(source, launch.family)[0]
         except Exception as exc:
@@ -283,8 +288,9 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     neutral value (SPLIT_K=1, ROWS_PER_PROG=1). ``dtype``: default, the first tensor's.
     ``two_stage``: re-rank the best ``shortlist`` by compiled features (AOT compile on the
     CPU, cached in ``cache_dir``, ``workers`` processes) with ``stage2_model`` (default:
-    ``model``). ``widen``: k multiplier when the model may not apply here (None: keep all);
-    ``range_margin``: octaves beyond the training sizes still trusted (None: no check).
+    ``<model>_compiled`` for a shipped name such as "h200", else ``model``). ``widen``: k
+    multiplier when the model may not apply here (None: keep all); ``range_margin``: octaves
+    beyond the training sizes still trusted (None: no check).
 
     >>> import triton, costtune
     >>> @triton.autotune(configs=[triton.Config({"BLOCK_M": 64, "BLOCK_N": 64,

@@ -38,18 +38,7 @@ def load_model(model: Any, family: str) -> tuple[Any, str | None]:
         return _single_threaded(model), None
     text = os.fspath(model)
     if (text, family) not in _MODELS:
-        note = None
-        bare = os.sep not in text and "/" not in text and not os.path.splitext(text)[1]
-        loaded = None
-        if bare:
-            try:
-                loaded = CostModel.load(f"{text}_{family}")
-            except FileNotFoundError:
-                pass
-            except ValueError as exc:  # ModelSchemaError: fall back to the cross-family model
-                note = f"{family} model {text}_{family} is unusable ({exc})"
-        if loaded is None:
-            loaded = CostModel.load(text)
+        loaded, note = CostModel.load_for(text, family)
         _MODELS[(text, family)] = (_single_threaded(loaded), note)
     return _MODELS[(text, family)]
 

@@ -63,12 +63,18 @@ def goal_lines(board: dict) -> list[str]:
     return out
 
 
-def per_workload(model: CostModel, test: pd.DataFrame) -> pd.DataFrame:
+def per_workload(models: dict[str, CostModel], test: pd.DataFrame) -> pd.DataFrame:
     """Per test workload: the shipped model's L(k) and score at each k."""
     test = attach_features(test.reset_index(drop=True))
-    rankings = {w: idx[model.rank(test.iloc[idx])]
+    rankings = {w: idx[models[test["kernel"].iloc[idx[0]]].rank(test.iloc[idx])]
                 for w, idx in test.groupby("workload", sort=False).indices.items()}
     return topk_table(test, rankings, ks=KS)
+
+
+def describe(model: CostModel) -> str:
+    scope = "all families" if model.family == "all" else f"{model.family} only"
+    return (f"{model.objective}, {model.features} features, {model.n_estimators} trees, "
+            f"trained on {scope} ({model.n_train_workloads_} train-suite workloads)")
 
 
 def worst_lines(table: pd.DataFrame, *, n: int = 3) -> list[str]:
@@ -88,10 +94,10 @@ def main() -> None:
     ap.add_argument("--model", default="h200", help="shipped model name or saved model path")
     args = ap.parse_args()
     df = costtune.load_dataset(args.dataset)
-    model = CostModel.load(args.model)
-    board = leaderboard(df, model=model, ks=KS)
+    models = {k: CostModel.load_for(args.model, k)[0] for k in sorted(df["kernel"].unique())}
+    board = leaderboard(df, model=args.model, ks=KS)
     frame = board_frame(board)
-    table = per_workload(model, df[df["suite"] == "test"])
+    table = per_workload(models, df[df["suite"] == "test"])
     RESULTS.mkdir(parents=True, exist_ok=True)
     frame.to_csv(RESULTS / "leaderboard.csv", index=False)
     table.to_csv(RESULTS / "leaderboard_workloads.csv", index=False)
@@ -103,10 +109,13 @@ def main() -> None:
           f"({', '.join(f'{k} {v}' for k, v in n_test.items())}), L from the dataset's GPU "
           "times; worst8 is the lowest per-workload L*/L(8). Not measured here: autotune wall "
           "time (see pareto.md, prune_vs_exhaustive.py) — this is ranking quality only.",
-          "", "Names: `costtune` is the shipped model (`CostModel.load(\"h200\")`: one "
-          "rank:pairwise XGBoost booster for all families, static features, 300 trees, trained "
-          "on the train suite only); `xgb:static` is a per-family model with the same "
-          "parameters trained in this run; the rest are baselines: Triton tutorial lists "
+          "", f"Names: `costtune` is the shipped model `{args.model}` as the pruning hook loads "
+          "it (`CostModel.load_for(name, family)`: the family's own booster when one ships, "
+          "else the cross-family one; which ships was chosen by cross-validation on the train "
+          "suite, experiments/results/model_selection.md). Per family: "
+          + "; ".join(f"{k}: {describe(m)}" for k, m in models.items())
+          + ". `xgb:static` is a per-family model (rank:pairwise, 300 trees) trained in this "
+          "run; the rest are baselines: Triton tutorial lists "
           "(GEMM), best static list fitted on the train suite (`:skip` skips configs absent "
           "from a workload's space instead of wasting the slot), analytical roofline, and the "
           "exact expectation of random picks.", ""]

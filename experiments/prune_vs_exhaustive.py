@@ -58,9 +58,10 @@ EST_START_S = 12.0  # interpreter, torch + CUDA init, inputs, reference, final t
 EST_POOL_S = 8.0  # spawning a compile pool (precompile, two-stage AOT)
 EST_COMPILE_S = {"gemm": 0.45, "softmax": 0.3, "attention": 1.5}
 EST_BENCH_S = 0.13
-# Priority: a shape's exhaustive reference and costtune's default first, variants after.
-METHODS = [("exhaustive", None), ("costtune", 8), ("costtune", 1), ("costtune", 4),
-           ("costtune2", 8), ("costtune2", 1), ("costtune2", 4), ("tutorial", None)]
+# Priority, for every family before the next method: the exhaustive reference, costtune's
+# default k=8 (static, then two-stage), then the variants.
+METHODS = [("exhaustive", None), ("costtune", 8), ("costtune2", 8), ("costtune", 1),
+           ("tutorial", None), ("costtune", 4), ("costtune2", 1), ("costtune2", 4)]
 
 
 @dataclass
@@ -83,18 +84,17 @@ def plan(families: list[str], shapes_per_family: int, *, ks: list[int], methods:
     """Runs in priority order, and runs left out with the reason."""
     runs, dropped = [], []
     for i in range(shapes_per_family):
-        for fam in families:
-            if i >= len(SHAPES[fam]):
-                continue
-            problem = SHAPES[fam][i]
-            n = len(costtune.get_family(fam).config_space(problem))
-            for method, k in METHODS:
-                if method not in methods or (k is not None and k not in ks):
+        for method, k in METHODS:
+            for fam in families:
+                if i >= len(SHAPES[fam]) or method not in methods or (
+                        k is not None and k not in ks):
                     continue
-                run = Run(fam, problem, method, k, n, 0.0)
-                run.est_s = estimate(run, cores)
                 if method == "tutorial" and fam != "gemm":
                     continue
+                problem = SHAPES[fam][i]
+                n = len(costtune.get_family(fam).config_space(problem))
+                run = Run(fam, problem, method, k, n, 0.0)
+                run.est_s = estimate(run, cores)
                 if method == "costtune2" and not two_stage_ok:
                     dropped.append((run, "stage-2 model has no compiled features"))
                     continue
@@ -280,10 +280,19 @@ def check_models(args: argparse.Namespace) -> tuple[str | None, bool, str]:
     except Exception as exc:
         return f"cannot load model {args.model!r}: {type(exc).__name__}: {exc}", False, ""
     try:
-        stage2 = CostModel.load(args.stage2_model or args.model)
+        stage2 = CostModel.load(stage2_name(args))
     except Exception as exc:
         return None, False, f"stage-2 model: {type(exc).__name__}: {exc}"
     return None, stage2.features != "static", f"stage-2 feature set {stage2.features!r}"
+
+
+def stage2_name(args: argparse.Namespace) -> str:
+    """The hook's default: a shipped name's ``<name>_compiled`` sibling, else --model."""
+    from costtune.model.xgb import is_shipped_name
+
+    if args.stage2_model:
+        return args.stage2_model
+    return f"{args.model}_compiled" if is_shipped_name(args.model) else args.model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,7 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ks", default="1,4,8")
     ap.add_argument("--methods", default="exhaustive,costtune,costtune2,tutorial")
     ap.add_argument("--model", default="h200")
-    ap.add_argument("--stage2-model", default=None, help="default: --model")
+    ap.add_argument("--stage2-model", default=None,
+                    help="default: <model>_compiled for a shipped name, else --model")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the runs already in <out-dir>/prune_vs_exhaustive.jsonl")
     ap.add_argument("--reps", type=int, default=20, help="graph replays for final timings")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "experiments" / "results")
     ap.add_argument("--run-one", default=None, help=argparse.SUPPRESS)
@@ -324,6 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 1
     runs, dropped = plan(families, args.shapes_per_family, ks=ks, methods=methods,
                          two_stage_ok=two_ok, cores=cores)
+    log = args.out_dir / "prune_vs_exhaustive.jsonl"
+    done = load_log(log) if args.resume else []
+    done_ids = {run_id(r) for r, res in done if res.get("status") == "ok"}
+    runs = [r for r in runs if run_id(r) not in done_ids]
+    if done:
+        print(f"resuming: {len(done_ids)} runs already in {log}")
     chosen, over = select(runs, args.budget_s)
     dropped += over
     print(f"plan: {len(chosen)} runs, ~{sum(r.est_s for r in chosen):.0f} s estimated of "
@@ -338,7 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU (use --dry-run to see the plan)")
 
-    results = []
+    results = [(r, res) for r, res in done if res.get("status") == "ok"]
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    if not args.resume:
+        log.unlink(missing_ok=True)
     start = time.perf_counter()
     for run in chosen:
         left = args.deadline_s - (time.perf_counter() - start)
@@ -352,8 +373,26 @@ def main(argv: list[str] | None = None) -> int:
               f"{res.get('tune_s', math.nan):.1f} s (est {run.est_s:.0f}), "
               f"{res.get('n_benchmarked')} benchmarked, kernel {res.get('kernel_ms')} ms "
               f"{res.get('error', '')}", flush=True)
+        with log.open("a") as f:  # a call cut short keeps every finished run
+            f.write(json.dumps({"run": asdict(run), "result": res}, default=str) + "\n")
+        write_report(results, dropped, args=args, wall_s=time.perf_counter() - start)
     write_report(results, dropped, args=args, wall_s=time.perf_counter() - start)
     return 0
+
+
+def run_id(run: Run) -> tuple:
+    return (run.family, json.dumps(run.problem, sort_keys=True), run.method, run.k, run.dtype)
+
+
+def load_log(path: Path) -> list[tuple[Run, dict[str, Any]]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            out.append((Run(**rec["run"]), rec["result"]))
+    return out
 
 
 # ------------------------------------------------------------------------------ report
@@ -438,12 +477,14 @@ def write_report(results: list[tuple[Run, dict]], dropped: list[tuple[Run, str]]
         "## Runs", "", df[[c for c in cols if c in df]].to_markdown(index=False,
                                                                       floatfmt=".4g"), "",
         "## Provenance", "",
+        "- per run (date, commit): the `date`/`costtune_commit` of each run's environment "
+        "in prune_vs_exhaustive.jsonl",
         f"- GPU {env.get('gpu')} ({env.get('sm_count')} SMs, driver {env.get('driver')}, "
         f"CUDA {env.get('cuda')}), torch {env.get('torch')}, triton {env.get('triton')}, "
         f"host {env.get('hostname')}, {env.get('date')}",
         f"- costtune commit {env.get('costtune_commit') or 'unknown'}"
         f"{' (uncommitted changes)' if env.get('costtune_dirty') else ''}; model "
-        f"`{args.model}`, stage-2 model `{args.stage2_model or args.model}`",
+        f"`{args.model}`, stage-2 model `{stage2_name(args)}`",
         f"- command: `{' '.join(sys.argv)}`; budget {args.budget_s:.0f} s, driver wall "
         f"{wall_s:.0f} s, {os.cpu_count()} CPU cores",
     ]

@@ -392,10 +392,12 @@ def test_two_stage_and_precompile_on_gpu(train_rows, tmp_path):
     assert last.stage2 and last.precompiled == (2, 2)
 
 
-def test_prune_vs_exhaustive_plans_on_cpu(capsys):
-    """The GPU experiment's argument parsing and dry run (its runs need the H200)."""
+def test_prune_vs_exhaustive_plans_on_cpu(capsys, tmp_path):
+    """The GPU experiment's argument parsing, plan and resume log (its runs need the H200)."""
     import importlib.util
+    import json
     import sys
+    from dataclasses import asdict
 
     path = Path(__file__).resolve().parents[1] / "experiments" / "prune_vs_exhaustive.py"
     spec = importlib.util.spec_from_file_location("prune_vs_exhaustive", path)
@@ -409,5 +411,42 @@ def test_prune_vs_exhaustive_plans_on_cpu(capsys):
                           two_stage_ok=False, cores=16)
     assert [r.label for r in runs] == ["exhaustive", "costtune k=8", "tutorial"]
     assert runs[0].n_space == len(gemm.config_space(script.SHAPES["gemm"][0]))
+    both, _ = script.plan(["gemm", "softmax"], 1, ks=[8], methods=["exhaustive", "costtune"],
+                          two_stage_ok=False, cores=16)  # every family's reference first
+    assert [(r.method, r.family) for r in both] == [
+        ("exhaustive", "gemm"), ("exhaustive", "softmax"), ("costtune", "gemm"),
+        ("costtune", "softmax")]
+    log = tmp_path / "runs.jsonl"  # what --resume reads back
+    log.write_text("".join(json.dumps({"run": asdict(r), "result": {"status": "ok"}}) + "\n"
+                           for r in both[:2]))
+    assert [(r, res["status"]) for r, res in script.load_log(log)] == [
+        (both[0], "ok"), (both[1], "ok")]
+    assert len({script.run_id(r) for r in both}) == 4
     with pytest.raises(SystemExit):
         script.main(["--dry-run", "--families", "conv"])
+
+
+def test_shipped_set_serves_each_family_and_has_a_stage2(train_rows, monkeypatch, record):
+    """The shipped `h200` resolves per family like `costtune eval` scores it, and two_stage
+    without a stage2_model uses the shipped compiled-feature sibling `h200_compiled`."""
+    models_dir = Path(costtune.__file__).parent / "models"
+    for family in ("gemm", "softmax", "attention"):
+        model, note = CostModel.load_for("h200", family)
+        assert note is None and family in model.families_ and model.features == "static"
+        own = (models_dir / f"h200_{family}.json").exists()
+        assert model.family == (family if own else "all")
+        stage2, _ = CostModel.load_for("h200_compiled", family)
+        assert stage2.features == "static+compiled" and family in stage2.families_
+    monkeypatch.setattr("costtune.features.compiled.compiled_features",
+                        lambda rows, **kw: fake_compiled(rows))
+    pruner = costtune.prune_configs_by("h200", 2, family="gemm", two_stage=True,
+                                       shortlist=8)["early_config_prune"]
+    args = {**SHAPE, "a": torch.empty(1, dtype=torch.float16)}
+    assert len(pruner(SMALL, args)) == 2 and pruner.last.stage2 and ours(record) == []
+
+
+def test_load_for_a_path_and_a_missing_name(model, model_path):
+    loaded, note = CostModel.load_for(model_path, "softmax")  # a path loads as is
+    assert note is None and loaded.family == "gemm"
+    with pytest.raises(FileNotFoundError, match="no shipped model named 'nosuch'"):
+        CostModel.load_for("nosuch", "gemm")

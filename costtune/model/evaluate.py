@@ -14,6 +14,7 @@ Models with ``family=None`` are fitted once per kernel family on that family's r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -130,8 +131,9 @@ def leaderboard(dataset: pd.DataFrame, *, model: CostModel | str | None = None,
                 seed: int = 0) -> dict[str, dict[str, dict[str, float]]]:
     """``{kernel: {name: {"top1", ..., "top16", "worst8"}}}`` on the test suite.
 
-    ``"costtune"`` is ``model``: a fitted ``CostModel``, a saved model's path or shipped name,
-    or None to train the default on the train suite. The other names: ``xgb:static`` and
+    ``"costtune"`` is ``model``: a fitted ``CostModel``, a saved model's path or shipped name
+    (resolved per family like the pruning hook: ``<name>_<family>`` first), or None to train
+    the default on the train suite. The other names: ``xgb:static`` and
     ``xgb:static+compiled`` (per-family models trained on the train suite; the latter only with
     compiled features), ``triton-tutorial-8`` / ``-16`` (GEMM), ``best-static-<max k>``
     (entries absent from a workload's space waste their slot) and ``best-static-<max k>:skip``
@@ -146,13 +148,18 @@ def leaderboard(dataset: pd.DataFrame, *, model: CostModel | str | None = None,
     train, test = _suites(data)
     if model is None:
         model = train_default(train)
-    elif isinstance(model, str):
-        model = CostModel.load(model)
-    elif not hasattr(model, "booster_"):
+    elif not isinstance(model, str | os.PathLike) and not hasattr(model, "booster_"):
         model = clone(model).fit(train)
     result = evaluate(data, protocol="split", ks=ks, worst=worst, seed=seed)
     test = test.reset_index(drop=True)
-    extra = _collect(test, {"costtune": rankings_from_scores(test, model.predict(test))}, {},
+    predicted = np.full(len(test), np.nan)
+    for kernel in test["kernel"].unique():
+        # A shipped name serves each family as the hook does: h200_<family>, else h200.
+        fitted = (CostModel.load_for(model, kernel)[0] if isinstance(model, str | os.PathLike)
+                  else model)
+        mask = (test["kernel"] == kernel).to_numpy()
+        predicted[mask] = fitted.predict(test[mask])
+    extra = _collect(test, {"costtune": rankings_from_scores(test, predicted)}, {},
                      protocol="split", ks=ks, worst=worst, random=False, seed=seed)
     keys = [f"top{k}" for k in ks] + [f"worst{k}" for k in worst]
     out: dict[str, dict[str, dict[str, float]]] = {}

@@ -260,6 +260,22 @@ class CostModel(BaseEstimator):
         return json_path
 
     @classmethod
+    def load_for(cls, path_or_name: str | os.PathLike, family: str
+                 ) -> tuple[CostModel, str | None]:
+        """The model that serves ``family``: for a shipped name such as ``"h200"``, the family's
+        own ``h200_<family>`` when shipped, else the cross-family ``h200``; a path loads as is.
+        Returns (model, a note when a family file was unusable and passed over)."""
+        note = None
+        if is_shipped_name(path_or_name):
+            try:
+                return cls.load(f"{os.fspath(path_or_name)}_{family}"), None
+            except FileNotFoundError:
+                pass
+            except ModelSchemaError as exc:  # the cross-family model may still serve
+                note = f"{family} model {path_or_name}_{family} is unusable ({exc})"
+        return cls.load(path_or_name), note
+
+    @classmethod
     def load(cls, path_or_name: str | os.PathLike) -> CostModel:
         """Load a saved model: a path (``.json``, ``.ubj`` or no suffix) or a shipped name such
         as ``"h200"`` (``costtune/models/h200.json``). Raises ``ModelSchemaError`` for a file
@@ -368,3 +384,9 @@ def _version(package: str) -> str | None:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
+
+
+def is_shipped_name(path_or_name: str | os.PathLike) -> bool:
+    """A bare name such as ``"h200"`` (no folder, no suffix), looked up in costtune/models."""
+    text = os.fspath(path_or_name)
+    return os.sep not in text and "/" not in text and not os.path.splitext(text)[1]
