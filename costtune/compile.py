@@ -89,6 +89,11 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return _POOL
 
 
+def running_pool() -> ProcessPoolExecutor | None:
+    """The compile pool if one is already started (its workers warm), else None."""
+    return _POOL
+
+
 def shutdown_pool(*, wait: bool = False) -> None:
     global _POOL
     if _POOL is not None:

@@ -313,11 +313,14 @@ _PRUNE_OPTIONS = frozenset(inspect.signature(prune_configs_by).parameters)
 
 def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float = 8,
              model: Any = "h200", family: str | None = None, problem: ProblemSpec = None,
-             precompile: bool = True, **options: Any) -> Callable[[Any], Any]:
+             precompile: bool | int = True, **options: Any) -> Callable[[Any], Any]:
     """``triton.autotune`` that benchmarks only the ``top_k`` configs the cost model ranks
     best and, on a GPU, first compiles them in parallel (a process pool fills Triton's disk
-    cache; skipped under the interpreter). ``options``: any ``prune_configs_by`` option
-    (``params``, ``two_stage``, ...) or ``triton.autotune`` argument (``do_bench``, ...).
+    cache; skipped under the interpreter, and for fewer than 16 survivors unless a pool is
+    already running: starting one costs more than Triton's own serial compiles; an int
+    ``precompile`` sets that threshold, False turns precompiling off). ``options``:
+    any ``prune_configs_by`` option (``params``, ``two_stage``, ...) or ``triton.autotune``
+    argument (``do_bench``, ...).
 
     >>> import triton, costtune
     >>> @costtune.autotune(configs=[triton.Config({"BLOCK_N": 1024})], key=["rows", "cols"],
@@ -342,13 +345,15 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
         # One pruner per kernel: its warnings and caches belong to that kernel.
         prune = prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)
         tuner = triton.autotune(configs, key, prune_configs_by=prune, **triton_kw)(fn)
-        if precompile:
+        if precompile is not False:
+            from costtune.hook_precompile import MIN_COLD_POOL
             from costtune.hook_precompile import precompile as run
 
             workers = prune_kw.get("workers")
+            min_cold = MIN_COLD_POOL if precompile is True else int(precompile)
             prune["early_config_prune"].after_prune = (
                 lambda kept, named, kw: run(tuner, kept, named_args=named, kwargs=kw,
-                                            workers=workers))
+                                            workers=workers, min_cold=min_cold))
         return tuner
 
     return decorator

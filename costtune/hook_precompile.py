@@ -37,15 +37,27 @@ def can_precompile() -> bool:
         return False
 
 
+# A cold spawn pool costs ~6 s before its first compile on the H200 host (workers import torch
+# and triton): costtune k=4 tuned in 8.0 s with it, while Triton's own serial compiles of the
+# tutorial's 8 configs took 5.2 s in all (experiments/results/prune_vs_exhaustive.md). Below
+# this many survivors a cold pool is not started; a pool already running is always used.
+MIN_COLD_POOL = 16
+
+
 def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, Any],
                kwargs: Mapping[str, Any], workers: int | None = None,
-               timeout_s: float = 600.0) -> tuple[int, int] | None:
+               timeout_s: float = 600.0, min_cold: int = MIN_COLD_POOL
+               ) -> tuple[int, int] | None:
     """Compile ``configs`` of ``tuner`` (a triton Autotuner) for this call's arguments in the
     compile pool; (compiled, submitted), or None when skipped (no GPU, the interpreter, fewer
-    than two configs, arguments a worker cannot receive)."""
+    than two configs, fewer than ``min_cold`` with no pool running yet, arguments a worker
+    cannot receive)."""
     if len(configs) < 2 or not can_precompile():
         return None
-    from costtune.compile import _pool  # the collector's long-lived spawn pool
+    from costtune.compile import _pool, running_pool  # the collector's long-lived spawn pool
+
+    if running_pool() is None and len(configs) < min_cold:
+        return None  # Triton's serial compiles finish before a cold pool would start
 
     base = tuner.base_fn
     args = tensor_specs({n: named_args[n] for n in tuner.arg_names if n in named_args})
@@ -56,7 +68,7 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
         pickle.dumps(jobs)
     except Exception:  # e.g. a tensor descriptor argument: let Triton compile as usual
         return None
-    pool = _pool(workers or os.cpu_count() or 1)
+    pool = running_pool() or _pool(workers or os.cpu_count() or 1)
     futures = [pool.submit(warmup_config, **job) for job in jobs]
     deadline = time.monotonic() + timeout_s
     done = 0

@@ -108,7 +108,12 @@ def estimate(run: Run, cores: int) -> float:
         n = run.n_space if run.method == "exhaustive" else 8
         return EST_START_S + n * (compile_s + EST_BENCH_S)
     k = min(run.k, run.n_space)
-    est = EST_START_S + (EST_POOL_S if k > 1 else 0) + math.ceil(k / cores) * compile_s
+    from costtune.hook_precompile import MIN_COLD_POOL
+
+    if k >= MIN_COLD_POOL:  # precompiled in a cold pool
+        est = EST_START_S + EST_POOL_S + math.ceil(k / cores) * compile_s
+    else:  # Triton compiles them one by one
+        est = EST_START_S + k * compile_s
     est += k * EST_BENCH_S
     if run.method == "costtune2":
         est += EST_POOL_S + math.ceil(min(32, run.n_space) / cores) * compile_s
@@ -407,6 +412,7 @@ def result_table(results: list[tuple[Run, dict]]) -> Any:
                                                                 run.dtype).id,
                      "method": run.method, "k": run.k, "n_space": run.n_space,
                      "est_s": round(run.est_s, 1),
+                     "commit": (res.get("env") or {}).get("costtune_commit"),
                      **{k: v for k, v in res.items() if k != "env"}})
     df = pd.DataFrame(rows)
     for col in ("tune_s", "kernel_ms", "torch_ms", "n_benchmarked", "process_s"):
@@ -459,8 +465,8 @@ def write_report(results: list[tuple[Run, dict]], dropped: list[tuple[Run, str]]
         speed_vs_dataset_best=("speed_vs_dataset_best", geomean),
         all_correct=("correct", "all")).reset_index()
     cols = ["workload", "method", "k", "n_space", "n_benchmarked", "tune_s", "process_s",
-            "chosen", "kernel_ms", "speed_vs_exhaustive", "speed_vs_torch",
-            "speed_vs_dataset_best", "correct", "status"]
+            "prune_ms", "precompiled", "commit", "chosen", "kernel_ms", "speed_vs_exhaustive",
+            "speed_vs_torch", "speed_vs_dataset_best", "correct", "status"]
     lines = [
         "# Pruned vs exhaustive autotuning (GPU)", "",
         "Each run tunes costtune's own kernel in a fresh process with a fresh Triton cache and "

@@ -261,11 +261,22 @@ def test_precompile_submits_survivors(model_path, monkeypatch):
             done.set_result("")
             return done
 
+    started = []
     monkeypatch.setattr("costtune.hook_precompile.can_precompile", lambda: True)
-    monkeypatch.setattr("costtune.compile._pool", lambda workers: Pool())
+    monkeypatch.setattr("costtune.compile._pool", lambda workers: started.append(1) or Pool())
+    # Two survivors and no pool running: Triton's serial compiles beat a cold pool's start.
     tuner = tiny_matmul_tuner(model_path, Bench())
     run_tiny_matmul(tuner, 16, 128, 256)
-    assert tuner.early_config_prune.last.precompiled == (2, 2)
+    assert tuner.early_config_prune.last.precompiled is None and not started and not jobs
+    tuner = tiny_matmul_tuner(model_path, Bench(), precompile=2)  # the threshold, lowered
+    run_tiny_matmul(tuner, 16, 128, 256)
+    assert tuner.early_config_prune.last.precompiled == (2, 2) and started == [1]
+    jobs.clear()
+    # A pool already running is used whatever the count.
+    monkeypatch.setattr("costtune.compile.running_pool", lambda: Pool())
+    tuner = tiny_matmul_tuner(model_path, Bench())
+    run_tiny_matmul(tuner, 16, 128, 256)
+    assert tuner.early_config_prune.last.precompiled == (2, 2) and started == [1]
     assert {j["name"] for j in jobs} == {"_tiny_matmul"}
     assert jobs[0]["arg_specs"]["x"] == ("tensor", (16, 256), (256, 1), "float16")
     assert jobs[0]["arg_specs"]["m"] == ("value", 16)
@@ -380,7 +391,8 @@ def test_two_stage_and_precompile_on_gpu(train_rows, tmp_path):
     compiled = CostModel(features="static+compiled", family="gemm", n_estimators=10).fit(
         train_rows, compiled=fake_compiled(train_rows))
     tuner = costtune.autotune(SMALL, ["M", "N", "K"], top_k=2, model=compiled, two_stage=True,
-                              shortlist=4, cache_dir=tmp_path, reset_to_zero=["c_ptr"])(
+                              shortlist=4, cache_dir=tmp_path, reset_to_zero=["c_ptr"],
+                              precompile=2)(
         gemm._gemm_kernel)
     x = gemm.make_inputs({"M": 512, "N": 512, "K": 512}, "float16", device="cuda")
     c = torch.zeros(512, 512, dtype=torch.float32, device="cuda")
