@@ -125,7 +125,8 @@ class ConfigPruner:
         decision.elapsed_ms = (time.perf_counter() - start) * 1e3
         if self.after_prune is not None:
             try:
-                decision.precompiled = self.after_prune(kept, named_args, kwargs)
+                decision.precompiled = self.after_prune(kept, named_args, kwargs,
+                                                        decision.family)
             except Exception:  # precompiling only saves time; Triton compiles what it lacks
                 pass
         self.last = decision
@@ -316,8 +317,9 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
              precompile: bool | int = True, **options: Any) -> Callable[[Any], Any]:
     """``triton.autotune`` that benchmarks only the ``top_k`` configs the cost model ranks
     best and, on a GPU, first compiles them in parallel (a process pool fills Triton's disk
-    cache; skipped under the interpreter, and for fewer than 16 survivors unless a pool is
-    already running: starting one costs more than Triton's own serial compiles; an int
+    cache; skipped under the interpreter, and, unless a pool is already running, for fewer
+    survivors than ``hook_precompile.MIN_COLD_POOL`` of the family (16 GEMM or softmax, 5
+    attention configs): starting a pool costs more than Triton's own serial compiles; an int
     ``precompile`` sets that threshold, False turns precompiling off). ``options``:
     any ``prune_configs_by`` option (``params``, ``two_stage``, ...) or ``triton.autotune``
     argument (``do_bench``, ...).
@@ -346,14 +348,14 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
         prune = prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)
         tuner = triton.autotune(configs, key, prune_configs_by=prune, **triton_kw)(fn)
         if precompile is not False:
-            from costtune.hook_precompile import MIN_COLD_POOL
             from costtune.hook_precompile import precompile as run
 
             workers = prune_kw.get("workers")
-            min_cold = MIN_COLD_POOL if precompile is True else int(precompile)
+            min_cold = None if precompile is True else int(precompile)
             prune["early_config_prune"].after_prune = (
-                lambda kept, named, kw: run(tuner, kept, named_args=named, kwargs=kw,
-                                            workers=workers, min_cold=min_cold))
+                lambda kept, named, kw, fam: run(tuner, kept, named_args=named, kwargs=kw,
+                                                 workers=workers, min_cold=min_cold,
+                                                 family=fam))
         return tuner
 
     return decorator

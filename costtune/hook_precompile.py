@@ -38,24 +38,30 @@ def can_precompile() -> bool:
 
 
 # A cold spawn pool costs ~6 s before its first compile on the H200 host (workers import torch
-# and triton): costtune k=4 tuned in 8.0 s with it, while Triton's own serial compiles of the
-# tutorial's 8 configs took 5.2 s in all (experiments/results/prune_vs_exhaustive.md). Below
-# this many survivors a cold pool is not started; a pool already running is always used.
-MIN_COLD_POOL = 16
+# and triton): costtune k=4 tuned GEMM in 8.0 s with one, while Triton's own serial compiles of
+# the tutorial's 8 configs took 5.2 s in all. Plain triton.autotune spent per config (compile +
+# benchmark): GEMM 0.41 s, softmax 0.36-0.40 s, attention 0.92-1.4 s
+# (experiments/results/prune_vs_exhaustive.md). A cold pool is started only from the number of
+# survivors whose serial compiles would take longer than its start; a running pool is always
+# used.
+MIN_COLD_POOL = {"gemm": 16, "softmax": 16, "attention": 5}
+MIN_COLD_POOL_OTHER = 16
 
 
 def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, Any],
                kwargs: Mapping[str, Any], workers: int | None = None,
-               timeout_s: float = 600.0, min_cold: int = MIN_COLD_POOL
-               ) -> tuple[int, int] | None:
+               timeout_s: float = 600.0, min_cold: int | None = None,
+               family: str | None = None) -> tuple[int, int] | None:
     """Compile ``configs`` of ``tuner`` (a triton Autotuner) for this call's arguments in the
     compile pool; (compiled, submitted), or None when skipped (no GPU, the interpreter, fewer
-    than two configs, fewer than ``min_cold`` with no pool running yet, arguments a worker
-    cannot receive)."""
+    than two configs, fewer than ``min_cold`` with no pool running yet -- by default
+    ``MIN_COLD_POOL`` of ``family`` --, arguments a worker cannot receive)."""
     if len(configs) < 2 or not can_precompile():
         return None
     from costtune.compile import _pool, running_pool  # the collector's long-lived spawn pool
 
+    if min_cold is None:
+        min_cold = MIN_COLD_POOL.get(family or "", MIN_COLD_POOL_OTHER)
     if running_pool() is None and len(configs) < min_cold:
         return None  # Triton's serial compiles finish before a cold pool would start
 

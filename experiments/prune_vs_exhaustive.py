@@ -110,7 +110,7 @@ def estimate(run: Run, cores: int) -> float:
     k = min(run.k, run.n_space)
     from costtune.hook_precompile import MIN_COLD_POOL
 
-    if k >= MIN_COLD_POOL:  # precompiled in a cold pool
+    if k >= MIN_COLD_POOL.get(run.family, 16):  # precompiled in a cold pool
         est = EST_START_S + EST_POOL_S + math.ceil(k / cores) * compile_s
     else:  # Triton compiles them one by one
         est = EST_START_S + k * compile_s
