@@ -106,7 +106,7 @@ class ConfigPruner:
         # list are computed once.
         self._configs: Sequence[Any] | None = None
         self._keys = np.zeros(0, dtype=object)
-        self._params: dict[str, list[dict[str, Any]]] = {}
+        self._params: dict[str, tuple[list[dict[str, Any]], dict[str, np.ndarray]]] = {}
         self._compiled: dict = {}
 
     def __call__(self, configs: Sequence[Any], named_args: Mapping[str, Any],
@@ -141,11 +141,16 @@ class ConfigPruner:
             self._configs, self._params = configs, {}
         return self._keys
 
-    def _family_params(self, family: str, configs: Sequence[Any],
-                       rename: Mapping[str, str]) -> list[dict[str, Any]]:
+    def _family_params(self, family: str, configs: Sequence[Any], rename: Mapping[str, str]
+                       ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+        """Per config the family's parameters, and the same as feature columns; kept while
+        Triton passes the same config list (every tuning call of one kernel)."""
+        from costtune.features.static import config_columns
+
         self.config_keys(configs)
         if family not in self._params:
-            self._params[family] = family_params(family, configs, rename=rename)
+            params = family_params(family, configs, rename=rename)
+            self._params[family] = (params, config_columns(params))
         return self._params[family]
 
     def _prune(self, configs: Sequence[Any], named_args: Mapping[str, Any],
@@ -168,7 +173,7 @@ class ConfigPruner:
             spec = replace(spec, family=None)
         try:
             launch = describe(spec, configs, args=args)
-            params = self._family_params(launch.family, configs, spec.params)
+            params, columns = self._family_params(launch.family, configs, spec.params)
         except NotApplicable as exc:
             notes.append((exc.category, str(exc)))
             return keep_all
@@ -189,7 +194,8 @@ class ConfigPruner:
         if uses_compiled(model) and not self.two_stage:
             doubts.append(("features", f"cost model {self.model!r} needs compiled features; "
                            "without two_stage=True it ranks with them missing"))
-        features = static_features_for(launch.family, launch.problem, launch.dtype, params)
+        features = static_features_for(launch.family, launch.problem, launch.dtype, params,
+                                       columns=columns)
         if "grid" in kwargs:
             doubts += _grid_doubts(kwargs["grid"], args, configs, keys, features, launch.family)
         if doubts:

@@ -133,6 +133,18 @@ def ship(choice: pd.DataFrame, train: pd.DataFrame, compiled: pd.DataFrame | Non
     return lines
 
 
+def shipped_lines() -> list[str]:
+    lines = []
+    for path in sorted(MODELS_DIR.glob(f"{NAME}*.json")):
+        model = CostModel.load(path)
+        lines.append(f"- `{path.relative_to(ROOT)}`: {model.features} features, "
+                     f"{model.n_estimators} trees, "
+                     f"{'all families' if model.family == 'all' else model.family}, "
+                     f"{model.n_train_workloads_} train-suite workloads, data hash "
+                     f"{model.train_hash_}")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", type=Path, default=ROOT / "datasets" / "h200")
@@ -164,6 +176,9 @@ def main() -> None:
     md += ["## Choice", "", choice.to_markdown(index=False, floatfmt=".3f"), ""]
     if args.ship:
         md += ["## Shipped", "", *ship(choice, train, compiled, args.threads), ""]
+    else:
+        md += ["## Shipped (files now in costtune/models; `--ship` refits them)", "",
+               *shipped_lines(), ""]
     (RESULTS / "model_selection.md").write_text("\n".join(md))
     print("\n".join(md))
 

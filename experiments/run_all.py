@@ -25,6 +25,8 @@ RESULTS = HERE / "results"
 CPU = [
     ("dataset_summary.py", "dataset coverage, noise, collection cost", "dataset_summary"),
     ("kernels_vs_torch.py", "best config of each space vs the torch op", "kernels_h200"),
+    ("model_selection.py", "which cost model ships (CV on the train suite only)",
+     "model_selection"),
     ("leaderboard.py", "(1) cost model vs baselines on the test suite", "leaderboard"),
     ("static_vs_compiled.py", "(2) static vs static+compiled features", "static_vs_compiled"),
     ("sample_efficiency.py", "(3) top-k score vs number of training shapes",

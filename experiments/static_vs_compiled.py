@@ -28,9 +28,8 @@ KS = (1, 2, 4, 8, 16)
 MIN_COMPILED = 0.9
 MODELS = ("xgb:static", "xgb:static+compiled")
 SKIPPED = 3  # exit status: inputs missing, nothing measured
-WHY_MISSING = ("GEMM compiled features were not computed in the first session: ~4,000 distinct "
-               "sm_90 compiles at ~1–2 CPU-s each do not fit the shared 2-core machine "
-               "(experiments/results/features_cost.md)")
+WHY_MISSING = ("compiled features are computed once per dataset with `costtune features` "
+               "(~1-2 CPU-s per distinct sm_90 compile; experiments/results/features_cost.md)")
 
 
 def compute_command(dataset: Path, kernel: str | None) -> str:

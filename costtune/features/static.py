@@ -81,15 +81,24 @@ def static_features(rows: pd.DataFrame | Sequence[dict[str, Any]], *,
     return out
 
 
+def config_columns(configs: Sequence[Any]) -> dict[str, np.ndarray]:
+    """The config parameters of many configs as float columns (NaN where absent): the part
+    of ``static_features_for`` that does not depend on the problem, for callers to reuse."""
+    n = len(configs)
+    dicts = [c if isinstance(c, dict) else _config_dict(c) for c in configs]
+    return {k: np.fromiter((d.get(k, np.nan) for d in dicts), dtype=float, count=n)
+            for k in CONFIG_COLUMNS}
+
+
 def static_features_for(kernel: str, problem: dict[str, Any], dtype: str,
-                        configs: Sequence[Any], *, num_sms: int = NUM_SMS) -> pd.DataFrame:
+                        configs: Sequence[Any], *, num_sms: int = NUM_SMS,
+                        columns: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
     """Features of many configs (Config, triton.Config or flat dicts) for one problem: the
-    pruning hook's call, without building a DataFrame row by row."""
+    pruning hook's call, without building a DataFrame row by row. ``columns``: the configs'
+    ``config_columns``, when the caller keeps them across problems."""
     n = len(configs)
     cols = {k: np.full(n, float(v)) for k, v in problem.items() if k in PROBLEM_COLUMNS}
-    dicts = [c if isinstance(c, dict) else _config_dict(c) for c in configs]
-    for k in CONFIG_COLUMNS:
-        cols[k] = np.fromiter((d.get(k, np.nan) for d in dicts), dtype=float, count=n)
+    cols.update(config_columns(configs) if columns is None else columns)
     feats = _compute(np.full(n, kernel), np.full(n, float(_DTYPE_BYTES.get(dtype, np.nan))),
                      cols, num_sms=num_sms)
     return _frame(feats, index=None)
