@@ -68,8 +68,11 @@ def measure_task(workload: Workload, configs: list[Config], *, runner: str = "gp
                                      compile_workers=compile_workers)
     else:
         raise ValueError(f"runner must be one of {RUNNERS}, got {runner!r}")
-    return {"rows": rows, "meta": {**meta, **info}, "not_measured": len(configs) - len(rows),
-            "t0": t0, "t1": time.time()}
+    t1 = time.time()
+    # task_wall_s: the whole task on the worker (setup, environment reads, compile, timing);
+    # the rows' workload_*_wall_s cover compile and timing only.
+    return {"rows": rows, "meta": {**meta, **info, "task_wall_s": round(t1 - t0, 3)},
+            "not_measured": len(configs) - len(rows), "t0": t0, "t1": t1}
 
 
 def _measure_on_gpu(workload: Workload, configs: list[Config], *, reps: int, seed: int,

@@ -140,8 +140,10 @@ class ConfigStudy:
         self.encoding = SpaceEncoding(space)
         self.n_configs = len(space)
         self.claim_timeout = float(claim_timeout)
-        warm = load_model(warm_start) if warm_start is not None and n_warm > 0 else None
-        prior = load_model(prior) if prior is not None and n_prior > 0 else None
+        family = workload.kernel
+        warm = (load_model(warm_start, family) if warm_start is not None and n_warm > 0
+                else None)
+        prior = load_model(prior, family) if prior is not None and n_prior > 0 else None
         startup = n_warm if warm is not None else n_prior if prior is not None else None
         if "n_startup_trials" in (sampler_options or {}):
             startup = None  # the caller's own value, passed with the options

@@ -114,12 +114,13 @@ def rank_configs(model: Any, workload: Workload, *, configs: Sequence[Config]) -
     return [configs[i] for i in order]
 
 
-def load_model(model: Any) -> Any:
-    """A model object, or a saved ``CostModel`` by path or shipped name (``"h200"``)."""
+def load_model(model: Any, family: str | None = None) -> Any:
+    """A model object, or a saved ``CostModel`` by path or shipped name (``"h200"``; with
+    ``family``, the family's own shipped booster when there is one, as the pruning hook)."""
     if isinstance(model, str) or hasattr(model, "__fspath__"):
         from costtune.model.xgb import CostModel
 
-        return CostModel.load(model)
+        return CostModel.load_for(model, family)[0] if family else CostModel.load(model)
     return model
 
 

@@ -93,6 +93,7 @@ def test_cluster_collection_equals_single_process(client, mini, reference, tmp_p
     store = Store(tmp_path)
     metas = [store.part_meta(p) for p in store.parts()]
     assert sum(m.get("collector") == "dask" for m in metas) == 6
+    assert all(m["task_wall_s"] >= 0 for m in metas if m.get("collector") == "dask")
     assert {m["replay_source"] for m in metas if "replay_source" in m} == {str(root)}
     again = collect(workloads, tmp_path, scheduler=client, replay_dataset=df)
     assert again["skipped_workloads"] == 6 and again["workloads"] == 0

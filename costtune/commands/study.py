@@ -102,7 +102,7 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
         from costtune.model.xgb import CostModel
 
         try:
-            model = CostModel.load(warm_start)
+            model = CostModel.load_for(warm_start, kernel)[0]
         except (OSError, ValueError) as exc:
             _fail(f"cannot load warm-start model {warm_start!r}: {exc}")
     import optuna
