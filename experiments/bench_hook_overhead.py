@@ -33,24 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 GOAL_MS = 10.0
 
 
-def load_or_train(name: str) -> tuple[CostModel, str]:
-    """The model to time, and where it came from."""
-    try:
-        model = CostModel.load_for(name, "gemm")[0]  # as the hook loads it for GEMM
-        return model, (f"`{name}` for gemm (loaded): {model.n_estimators} trees of depth "
-                       f"{model.max_depth}, {model.objective}, {model.features} features, "
-                       f"families {', '.join(model.families_)}")
-    except FileNotFoundError:
-        if name != "h200":
-            raise
-    # Until the shipped model lands: the default CostModel on every GEMM row of the H200 data.
-    start = time.perf_counter()
-    model = CostModel(family="gemm").fit(costtune.load_dataset(ROOT / "datasets" / "h200",
-                                                               kernel="gemm"))
-    return model, (f"stand-in for `h200` (not shipped yet): default CostModel "
-                   f"({model.n_estimators} trees, depth {model.max_depth}, {model.objective}) "
-                   f"trained here on {model.n_train_rows_} GEMM rows in "
-                   f"{time.perf_counter() - start:.0f} s")
+def load_model(name: str) -> tuple[CostModel, str]:
+    """The model to time, as the hook loads it for GEMM, and a line describing it."""
+    model = CostModel.load_for(name, "gemm")[0]
+    return model, (f"`{name}` for gemm (loaded): {model.n_estimators} trees of depth "
+                   f"{model.max_depth}, {model.objective}, {model.features} features, "
+                   f"families {', '.join(model.families_)}")
 
 
 def cpu_name() -> str:
@@ -114,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
     gemm = costtune.get_family("gemm")
     configs = [c.to_triton() for c in gemm.config_space().sample(args.configs, seed=0)]
     shapes = list(gemm.TEST_SHAPES)
-    model, source = load_or_train(args.model)
+    model, source = load_model(args.model)
     load_avg = os.getloadavg()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

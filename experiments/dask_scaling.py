@@ -91,12 +91,10 @@ def agreement(one: pd.DataFrame, many: pd.DataFrame) -> tuple[pd.DataFrame, dict
 def wall_split(rows: pd.DataFrame) -> dict[str, float]:
     """Summed per-workload wall seconds: compiling configs vs measuring them on the GPU."""
     per = rows.drop_duplicates("workload")
-    out = {k: float(per[f"workload_{k}_wall_s"].sum()) if f"workload_{k}_wall_s" in per
-           else float("nan") for k in ("compile", "measure")}
-    task = pd.to_numeric(per.get("task_wall_s"), errors="coerce") if "task_wall_s" in per \
-        else pd.Series(dtype=float)
-    out["task"] = float(task.sum()) if task.notna().any() else float("nan")
-    return out
+    columns = {"task": "task_wall_s", "compile": "workload_compile_wall_s",
+               "measure": "workload_measure_wall_s"}
+    return {k: float(pd.to_numeric(per[c], errors="coerce").sum(min_count=1)) if c in per
+            else float("nan") for k, c in columns.items()}
 
 
 def dataset_retime_p90() -> float | None:

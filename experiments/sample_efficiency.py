@@ -154,7 +154,7 @@ def main() -> None:
           provenance(args.dataset, len(df)),
           f"- Measured: TenSet top-k score on the whole test suite of per-family `{MODEL}` "
           f"models (rank:pairwise, static features, **{args.trees} trees** — the shipped "
-          "model uses 300 and one booster for all families; fewer trees keep the "
+          "models use 150-300 (model_selection.md); fewer trees keep the "
           f"{args.seeds * len(args.sizes) + 1}×3 trainings within minutes on 2 cores) and "
           f"of `{STATIC}` refitted on the same shapes. Train shapes per family: "
           f"{counts}; sizes {args.sizes} plus all; {args.seeds} seeded random subsets per "

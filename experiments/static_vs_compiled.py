@@ -21,6 +21,7 @@ import pandas as pd
 from report_header import provenance
 
 import costtune
+from costtune.features import feature_table_paths
 from costtune.model import CostModel, evaluate
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -44,7 +45,7 @@ def find_tables(df: pd.DataFrame, dataset: Path) -> tuple[dict[str, pd.DataFrame
     usable, notes = {}, []
     for kernel in sorted(df["kernel"].unique()):
         rows = df[df["kernel"] == kernel][["workload", "config"]]
-        candidates = [dataset / f"features_{kernel}.parquet", dataset / "features.parquet"]
+        candidates = feature_table_paths(dataset, kernel)
         found = [p for p in candidates if p.exists()]
         if not found:
             notes.append(f"- {kernel}: no compiled features (looked for "

@@ -99,10 +99,10 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
     runner = _runner(workload, replay, seed)
     model = None
     if warm_start is not None:
-        from costtune.model.xgb import CostModel
+        from costtune.search_samplers import load_model
 
         try:
-            model = CostModel.load_for(warm_start, kernel)[0]
+            model = load_model(warm_start, kernel)
         except (OSError, ValueError) as exc:
             _fail(f"cannot load warm-start model {warm_start!r}: {exc}")
     import optuna

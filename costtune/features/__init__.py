@@ -33,8 +33,8 @@ META_KEY = b"costtune_features"
 
 __all__ = ["COMPILED_FEATURES", "KEY_COLUMNS", "STATIC_FEATURES", "classify_error",
            "compiled_features", "compute_features", "feature_table", "kernel_source_hash",
-           "launch_jobs", "load_feature_tables", "parse_config_key", "spec_text", "specialize",
-           "static_features", "static_features_for"]
+           "feature_table_paths", "launch_jobs", "load_feature_tables", "parse_config_key",
+           "spec_text", "specialize", "static_features", "static_features_for"]
 
 
 def feature_table(df: pd.DataFrame, *, compiled: bool = True, arch: int = 90,
@@ -82,17 +82,22 @@ def compute_features(dataset: str | os.PathLike | pd.DataFrame, *,
     return table
 
 
+def feature_table_paths(dataset: str | os.PathLike, kernel: str) -> list[Path]:
+    """Where a store root's compiled features of ``kernel`` may be, in the order looked at."""
+    root = Path(dataset)
+    return [root / f"features_{kernel}.parquet", root / "features.parquet"]
+
+
 def load_feature_tables(dataset: str | os.PathLike, kernels: list[str]
                         ) -> tuple[pd.DataFrame | None, list[str]]:
     """The compiled-feature table of a store root for ``kernels``: per kernel
     ``features_<kernel>.parquet``, else that kernel's rows of ``features.parquet``. Returns
     (the tables concatenated, or None when none was found; kernels without compiled features).
     """
-    root = Path(dataset)
     found, missing = [], []
     for kernel in kernels:
         table = None
-        for path in (root / f"features_{kernel}.parquet", root / "features.parquet"):
+        for path in feature_table_paths(dataset, kernel):
             if path.exists():
                 table = pd.read_parquet(path)
                 table = table[table["workload"].str.startswith(f"{kernel}_")]

@@ -243,16 +243,13 @@ def compile_jobs(jobs: Sequence[CompileJob], *, workers: int | None = None,
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     records: dict[str, dict[str, Any]] = {}
     todo = []
-    by_key = {job.key: job for job in jobs}
-    queued: set[str] = set()
-    for job in jobs:
-        rec = _cache_read(cache, job.key, sass=sass)
+    by_key = {job.key: job for job in jobs}  # jobs sharing a key compile once
+    for key, job in by_key.items():
+        rec = _cache_read(cache, key, sass=sass)
         if rec is None:
-            if job.key not in queued:  # jobs sharing a key compile once
-                queued.add(job.key)
-                todo.append(job)
+            todo.append(job)
         else:
-            records[job.key] = rec
+            records[key] = rec
     if todo:
         start = time.perf_counter()
         # Each record is cached as it arrives, so a run killed part-way keeps what it compiled.
@@ -278,14 +275,15 @@ def _compile_all(jobs: list[CompileJob], *, workers: int | None, sass: bool,
         return
     # Kernels a spawned worker cannot import by name (or whose constants do not pickle)
     # compile here instead.
-    local = [j for j in jobs if pool is None and not _picklable(j)]
-    for j in local:
-        yield j.key, compile_job(j, sass=sass)
+    local = {j.key for j in jobs if pool is None and not _picklable(j)}
+    for j in jobs:
+        if j.key in local:
+            yield j.key, compile_job(j, sass=sass)
     own = pool is None
     pool = pool or _pool(workers)
     try:
         futures = {pool.submit(compile_job, j, sass=sass): j.key
-                   for j in jobs if j not in local}
+                   for j in jobs if j.key not in local}
         for fut in as_completed(futures):
             try:
                 rec = fut.result()
