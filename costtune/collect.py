@@ -95,24 +95,43 @@ def collect_workload(workload: Workload, configs: list[Config], *, reps: int = 1
 
 
 def _gpu_worker(gpu: int, tasks, results, kwargs: dict) -> None:
-    """One process per GPU: measure workloads from ``tasks`` until a None arrives."""
+    """One process per GPU: measure workloads from ``tasks`` until a None arrives. Each result
+    carries this GPU's identity and clocks for the part's metadata."""
     os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)  # before torch initialises CUDA
     from costtune.compile import error_text, shutdown_pool
+    from costtune.env import sm_clock_mhz
     from costtune.measure.gpu import ContextLost
 
+    identity: dict[str, Any] | None = None
     try:
         while (item := tasks.get()) is not None:
             idx, workload, configs = item
             try:
-                results.put((idx, collect_workload(workload, configs, **kwargs), ""))
+                start = sm_clock_mhz()
+                rows = collect_workload(workload, configs, **kwargs)
+                identity = identity or _gpu_identity()
+                results.put((idx, rows, "", {**identity, "sm_clock_start_mhz": start,
+                                             "sm_clock_end_mhz": sm_clock_mhz()}))
             except ContextLost as exc:  # this process can't use its GPU any more
-                results.put((idx, None, f"GPU {gpu}: {error_text(exc)}"))
+                results.put((idx, None, f"GPU {gpu}: {error_text(exc)}", {}))
                 break
             except Exception as exc:
-                results.put((idx, None, f"GPU {gpu}: {error_text(exc)}"))
+                results.put((idx, None, f"GPU {gpu}: {error_text(exc)}", {}))
     finally:
         # An explicit, waited shutdown: a nested pool left to interpreter exit can hang it.
         shutdown_pool(wait=True)
+
+
+_GPU_FIELDS = ("gpu", "gpu_uuid", "sm_count", "compute_capability", "driver")
+
+
+def _gpu_identity() -> dict[str, Any]:
+    """The GPU fields of ``environment()`` for this process's current device."""
+    from costtune.env import environment
+
+    env = environment()
+    return {**{k: env.get(k) for k in _GPU_FIELDS},
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def _collect_multi(todo, gpus: list[int], kwargs: dict, store_rows, over_budget, summary) -> None:
@@ -134,7 +153,7 @@ def _collect_multi(todo, gpus: list[int], kwargs: dict, store_rows, over_budget,
             running += 1
     while running:
         try:
-            idx, rows, err = results.get(timeout=10)
+            idx, rows, err, gpu_meta = results.get(timeout=10)
         except queue_mod.Empty:
             if not any(p.is_alive() for p in procs):
                 summary["errors"].append("every GPU worker died")
@@ -145,7 +164,7 @@ def _collect_multi(todo, gpus: list[int], kwargs: dict, store_rows, over_budget,
         if err:
             summary["errors"].append(f"{w.id}: {err}")
         else:
-            store_rows(w, rows, None)
+            store_rows(w, rows, gpu_meta)
         if pending and not over_budget():
             idx, (w, cs) = pending.pop()
             tasks.put((idx, w, cs))
@@ -179,11 +198,15 @@ def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: i
                n_skipped, "stopped_early": False, "seconds": 0.0, "errors": []}
     from costtune.measure.gpu import TIMING_METHOD
 
+    if gpus and len(gpus) == 1:
+        import torch
+
+        torch.cuda.set_device(gpus[0])  # before reading the environment of "the" GPU
     env = {**environment(), "timing_method": TIMING_METHOD, **(meta or {})}
 
-    def store_rows(w: Workload, rows: list[dict], clock_start) -> None:
-        part_meta = {**env, "sm_clock_start_mhz": clock_start, "sm_clock_end_mhz": sm_clock_mhz(),
-                     "workload": w.id}
+    def store_rows(w: Workload, rows: list[dict], gpu_meta: dict[str, Any]) -> None:
+        # gpu_meta: the measuring GPU's identity (a worker of the multi-GPU path) and clocks.
+        part_meta = {**env, **gpu_meta, "workload": w.id}
         store.append(rows, meta=part_meta)
         n_ok = sum(r["status"] == Status.OK.value for r in rows)
         summary["workloads"] += 1
@@ -198,10 +221,7 @@ def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: i
 
     extra = {"suite": suite}
     if not gpus or len(gpus) == 1:
-        if gpus:
-            import torch
-
-            torch.cuda.set_device(gpus[0])
+        device = gpus[0] if gpus else None
         for w, configs in todo:
             if over_budget():
                 summary["stopped_early"] = True
@@ -209,9 +229,10 @@ def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: i
             cb = (lambda m, w=w, n=len(configs): progress(w, m, n)) if progress else None
             if progress:
                 progress(w, None, len(configs))
-            clock = sm_clock_mhz()
+            clock = sm_clock_mhz(device)
             rows = collect_workload(w, configs, reps=reps, seed=seed, extra=extra, progress=cb)
-            store_rows(w, rows, clock)
+            store_rows(w, rows, {"sm_clock_start_mhz": clock,
+                                 "sm_clock_end_mhz": sm_clock_mhz(device)})
     else:
         cores = max(1, (os.cpu_count() or 1) // len(gpus))
         _collect_multi(todo, gpus, {"reps": reps, "seed": seed, "workers": cores,
