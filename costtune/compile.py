@@ -11,9 +11,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from costtune.types import Config, Status, Workload
@@ -101,6 +104,26 @@ def shutdown_pool(*, wait: bool = False) -> None:
         _POOL = None
 
 
+def run_in_pool(jobs: Sequence[Callable[[], Any]], *, workers: int | None,
+                timeout_s: float, reuse_running: bool = False) -> list[Any]:
+    """Run picklable zero-argument ``jobs`` (e.g. ``functools.partial``) in the long-lived
+    pool: per job its result, or the exception it raised (``TimeoutError`` once ``timeout_s``
+    has passed). A timeout or a dead worker shuts the pool down: a stuck or broken pool can't
+    be reused. ``reuse_running``: use a pool already running whatever its size."""
+    pool = (running_pool() if reuse_running else None) or _pool(workers or os.cpu_count() or 1)
+    futures = [pool.submit(job) for job in jobs]
+    deadline = time.monotonic() + timeout_s
+    out: list[Any] = []
+    for fut in futures:
+        try:
+            out.append(fut.result(timeout=max(0.0, deadline - time.monotonic())))
+        except Exception as exc:  # a timeout, or a worker died (e.g. a compiler segfault)
+            out.append(exc)
+    if any(isinstance(r, FutureTimeout | BrokenProcessPool) for r in out):
+        shutdown_pool()
+    return out
+
+
 def precompile(workload: Workload, configs: list[Config], inputs: dict[str, Any], *,
                workers: int | None = None, timeout_s: float = 300.0) -> dict[str, CompileResult]:
     """Compile every config of ``workload`` on ``workers`` processes (default: all cores).
@@ -111,20 +134,13 @@ def precompile(workload: Workload, configs: list[Config], inputs: dict[str, Any]
     specs = tensor_specs(inputs)
     if workers == 0:
         return {c.key: compile_config(workload.kernel, specs, c.as_dict()) for c in configs}
-    pool = _pool(workers or os.cpu_count() or 1)
-    futures = {c.key: pool.submit(compile_config, workload.kernel, specs, c.as_dict())
-               for c in configs}
-    deadline = time.monotonic() + timeout_s
+    results = run_in_pool([partial(compile_config, workload.kernel, specs, c.as_dict())
+                            for c in configs], workers=workers, timeout_s=timeout_s)
     out: dict[str, CompileResult] = {}
-    for key, fut in futures.items():
-        try:
-            out[key] = fut.result(timeout=max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            out[key] = CompileResult(Status.TIMEOUT, timeout_s,
-                                     f"compile exceeded {timeout_s:.0f}s")
-        except Exception as exc:  # a worker died (e.g. segfault in the compiler)
-            out[key] = CompileResult(Status.COMPILE_ERROR, float("nan"), error_text(exc))
-    if any(r.status is Status.TIMEOUT or r.error.startswith("BrokenProcessPool")
-           for r in out.values()):
-        shutdown_pool()  # a stuck or dead pool can't be reused
+    for c, res in zip(configs, results, strict=True):
+        if isinstance(res, FutureTimeout):
+            res = CompileResult(Status.TIMEOUT, timeout_s, f"compile exceeded {timeout_s:.0f}s")
+        elif isinstance(res, Exception):  # a worker died (e.g. segfault in the compiler)
+            res = CompileResult(Status.COMPILE_ERROR, float("nan"), error_text(res))
+        out[c.key] = res
     return out

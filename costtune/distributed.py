@@ -10,6 +10,7 @@ the precompile pool can start; a daemonic worker compiles serially and the summa
 from __future__ import annotations
 
 import copy
+import functools
 import multiprocessing as mp
 import os
 import socket
@@ -90,8 +91,9 @@ def _measure_on_gpu(workload: Workload, configs: list[Config], *, reps: int, see
                            f"(CUDA_VISIBLE_DEVICES={cvd!r}); give each worker one GPU")
     daemonic = mp.current_process().daemon  # a daemonic process may not start the compile pool
     workers = 0 if daemonic else (compile_workers or _default_compile_workers())
-    meta = {**environment(), "timing_method": TIMING_METHOD, "runner": "gpu",
-            "compile_workers": workers, "sm_clock_start_mhz": sm_clock_mhz()}
+    env = environment()  # its nvidia-smi query reads the SM clock too
+    meta = {**env, "timing_method": TIMING_METHOD, "runner": "gpu",
+            "compile_workers": workers, "sm_clock_start_mhz": env["sm_clock_mhz"]}
     try:
         rows = collect_workload(workload, configs, reps=reps, seed=seed, workers=workers,
                                 extra=extra)
@@ -363,6 +365,7 @@ def _worker_info() -> dict[str, Any]:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
+@functools.cache  # per worker process: GPUs and cores do not change under it
 def _default_compile_workers() -> int:
     """This worker's share of the host's cores: usable cores / GPUs on the host."""
     try:

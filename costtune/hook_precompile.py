@@ -13,10 +13,9 @@ and import the kernel by module and name. GPU only: the interpreter compiles not
 from __future__ import annotations
 
 import importlib
-import os
 import pickle
-import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from costtune.compile import error_text, rebuild_inputs, tensor_specs
@@ -58,7 +57,7 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
     ``MIN_COLD_POOL`` of ``family`` --, arguments a worker cannot receive)."""
     if len(configs) < 2 or not can_precompile():
         return None
-    from costtune.compile import _pool, running_pool  # the collector's long-lived spawn pool
+    from costtune.compile import run_in_pool, running_pool  # the collector's long-lived pool
 
     if min_cold is None:
         min_cold = MIN_COLD_POOL.get(family or "", MIN_COLD_POOL_OTHER)
@@ -74,16 +73,10 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
         pickle.dumps(jobs)
     except Exception:  # e.g. a tensor descriptor argument: let Triton compile as usual
         return None
-    pool = running_pool() or _pool(workers or os.cpu_count() or 1)
-    futures = [pool.submit(warmup_config, **job) for job in jobs]
-    deadline = time.monotonic() + timeout_s
-    done = 0
-    for fut in futures:
-        try:
-            done += fut.result(timeout=max(0.0, deadline - time.monotonic())) == ""
-        except Exception:  # a timeout or a dead worker: Triton compiles that config itself
-            pass
-    return done, len(jobs)
+    # A timeout or a dead worker comes back as an exception: Triton compiles that config itself.
+    results = run_in_pool([partial(warmup_config, **job) for job in jobs], workers=workers,
+                          timeout_s=timeout_s, reuse_running=True)
+    return sum(r == "" for r in results), len(jobs)
 
 
 def warmup_config(module: str, name: str, *, arg_specs: dict[str, Any],
