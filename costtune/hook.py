@@ -212,14 +212,15 @@ class ConfigPruner:
     def _stage2(self, launch: Any, params: list[dict], features: Any, keys: np.ndarray,
                 order: np.ndarray, decision: PruneDecision,
                 notes: list[tuple[str, str]]) -> np.ndarray:
-        from costtune.hook_model import compiled_table, load_model, stage2_order, uses_compiled
-        from costtune.model.xgb import is_shipped_name
+        from costtune.hook_model import (
+            compiled_table,
+            default_stage2,
+            load_model,
+            stage2_order,
+            uses_compiled,
+        )
 
-        source = self.stage2_model
-        if source is None:  # a shipped name's stage-2 sibling ("h200" -> "h200_compiled")
-            source = self.model
-            if isinstance(source, str) and is_shipped_name(source):
-                source = f"{source}_compiled"
+        source = default_stage2(self.model) if self.stage2_model is None else self.stage2_model
         try:
             model = load_model(source, launch.family)[0]
         except Exception as exc:

@@ -43,6 +43,16 @@ def load_model(model: Any, family: str) -> tuple[Any, str | None]:
     return _MODELS[(text, family)]
 
 
+def default_stage2(model: Any) -> Any:
+    """The stage-2 model when none is given: a shipped name's compiled-feature sibling
+    (``"h200"`` -> ``"h200_compiled"``), else ``model`` itself."""
+    from costtune.model.xgb import is_shipped_name
+
+    if isinstance(model, str) and is_shipped_name(model):
+        return f"{model}_compiled"
+    return model
+
+
 def _check_features(model: Any) -> None:
     """What ``CostModel.load`` checks for a file, for a model handed over in memory."""
     from costtune.model.features import feature_names

@@ -24,6 +24,7 @@ Writes prune_vs_exhaustive.{md,csv} to --out-dir (default experiments/results).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -292,12 +293,10 @@ def check_models(args: argparse.Namespace) -> tuple[str | None, bool, str]:
 
 
 def stage2_name(args: argparse.Namespace) -> str:
-    """The hook's default: a shipped name's ``<name>_compiled`` sibling, else --model."""
-    from costtune.model.xgb import is_shipped_name
+    """--stage2-model, else the hook's default for --model."""
+    from costtune.hook_model import default_stage2
 
-    if args.stage2_model:
-        return args.stage2_model
-    return f"{args.model}_compiled" if is_shipped_name(args.model) else args.model
+    return args.stage2_model or default_stage2(args.model)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -470,14 +469,19 @@ def result_table(results: list[tuple[Run, dict]]) -> Any:
 
 def dataset_best(workloads: Any) -> dict[str, float]:
     """Per workload: best OK time / torch time in datasets/h200 (same kernel, same timing)."""
+    best = _dataset_best_all()
+    return {w: best[w] for w in workloads if w in best}
+
+
+@functools.cache  # the report is rewritten after every run: read the dataset once
+def _dataset_best_all() -> dict[str, float]:
     out = {}
     for fam in FAMILIES:
         try:
             df = costtune.load_dataset(ROOT / "datasets" / "h200", kernel=fam)
         except FileNotFoundError:
             continue
-        df = df[df["workload"].isin(list(workloads)) & (df["status"] == "ok")]
-        for w, g in df.groupby("workload"):
+        for w, g in df[df["status"] == "ok"].groupby("workload"):
             i = g["time_ms"].idxmin()
             out[w] = float(g.loc[i, "time_ms"] / g.loc[i, "ref_time_ms"])
     return out

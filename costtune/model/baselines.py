@@ -21,7 +21,6 @@ import pandas as pd
 
 from costtune.model.metrics import (
     DEFAULT_KS,
-    rank_positions,
     true_times,
     workload_positions,
 )
@@ -160,6 +159,11 @@ class BestStaticList:
             self.lists_[str(kernel)] = greedy_cover(group, k=self.k)
         return self
 
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The kernel families it holds a list for (none before ``fit``)."""
+        return tuple(getattr(self, "lists_", {}))
+
     def rank(self, rows: pd.DataFrame) -> np.ndarray:
         kernel = str(rows["kernel"].iloc[0])
         if kernel not in getattr(self, "lists_", {}):
@@ -260,14 +264,6 @@ def expected_random_scores(data: pd.DataFrame, *, ks: Sequence[int] = DEFAULT_KS
     for k in worst:
         out[f"worst{k}"] = float(min(means[k])) if l_star else float("nan")
     return out
-
-
-def rank_rows(baseline, rows: pd.DataFrame) -> np.ndarray:
-    """``baseline.rank(rows)`` for objects with ``rank``; ``predict`` scores otherwise."""
-    if hasattr(baseline, "rank"):
-        return np.asarray(baseline.rank(rows), dtype=int)
-    scores = np.asarray(baseline.predict(rows), dtype=float)
-    return rank_positions(scores, rows["config"].astype(str).to_numpy())
 
 
 def _check_family(rows: pd.DataFrame, family: str, who: str) -> None:

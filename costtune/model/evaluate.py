@@ -254,9 +254,6 @@ def _baseline_rankings(ranker: Any, rows: pd.DataFrame) -> dict[str, np.ndarray]
         part = rows.iloc[pos]
         if families is not None and str(part["kernel"].iloc[0]) not in families:
             continue
-        if isinstance(ranker, BestStaticList) and str(part["kernel"].iloc[0]) not in getattr(
-                ranker, "lists_", {}):
-            continue
         ranking = np.asarray(ranker.rank(part), dtype=int)
         out[w] = np.where(ranking >= 0, pos[np.maximum(ranking, 0)], -1)
     return out

@@ -342,7 +342,7 @@ def _resolve(path_or_name: str | os.PathLike) -> tuple[Path, Path]:
     json_path, ubj_path = _model_paths(text)
     if json_path.exists():
         return json_path, ubj_path
-    if os.sep not in text and "/" not in text and not Path(text).suffix:
+    if is_shipped_name(text):
         shipped = Path(str(resources.files("costtune") / "models" / f"{text}.json"))
         if shipped.exists():
             return shipped, shipped.with_suffix(".ubj")
