@@ -279,10 +279,12 @@ def _collect(test: pd.DataFrame, rankings: dict[str, dict[str, np.ndarray]],
             if len(mine) < len(names):
                 continue  # this ranker does not cover the family (e.g. GEMM-only lists)
             s = scores[name][mask] if name in scores else None
-            board[name] = summarize(rows, mine, ks=ks, worst=worst, scores=s)
             table = topk_table(rows, mine, ks=ks)
-            if s is not None:
-                table = table.merge(kendall_tau(rows, s)[["workload", "tau"]], on="workload")
+            taus = kendall_tau(rows, s) if s is not None else None
+            board[name] = summarize(rows, mine, ks=ks, worst=worst, scores=s, table=table,
+                                    taus=taus)
+            if taus is not None:
+                table = table.merge(taus[["workload", "tau"]], on="workload")
             tables.append(table.assign(name=name))
         if random:
             board[RANDOM] = expected_random_scores(rows, ks=ks, worst=worst, seed=seed)

@@ -174,17 +174,20 @@ def kendall_tau(data: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
 
 def summarize(data: pd.DataFrame, rankings: Mapping[str, Sequence[int]], *,
               ks: Sequence[int] = DEFAULT_KS, worst: Sequence[int] = (8,),
-              scores: np.ndarray | None = None) -> dict[str, float]:
+              scores: np.ndarray | None = None, table: pd.DataFrame | None = None,
+              taus: pd.DataFrame | None = None) -> dict[str, float]:
     """``topk_scores`` plus ``median_regret{k}`` for the largest k and, with ``scores``, the
-    mean per-workload ``kendall_tau``; ``n_workloads`` and ``n_no_truth`` count workloads."""
-    table = topk_table(data, rankings, ks=ks)
+    mean per-workload ``kendall_tau``; ``n_workloads`` and ``n_no_truth`` count workloads.
+    ``table`` / ``taus``: ``topk_table`` / ``kendall_tau`` of the same inputs, when the caller
+    has them already."""
+    table = topk_table(data, rankings, ks=ks) if table is None else table
     out = topk_scores(table, ks=ks, worst=worst)
     k_max = max(ks)
     out[f"median_regret{k_max}"] = (float(np.median(regret(table, k_max)))
                                     if len(table) else float("nan"))
     if scores is not None:
-        taus = kendall_tau(data, scores)["tau"].to_numpy(dtype=float)
-        out["kendall_tau"] = float(np.nanmean(taus)) if np.isfinite(taus).any() else np.nan
+        tau = (kendall_tau(data, scores) if taus is None else taus)["tau"].to_numpy(dtype=float)
+        out["kendall_tau"] = float(np.nanmean(tau)) if np.isfinite(tau).any() else np.nan
     out["n_workloads"] = float(len(table))
     out["n_no_truth"] = float(data["workload"].nunique() - len(table))
     return out
