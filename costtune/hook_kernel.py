@@ -24,17 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from costtune.kernels import FAMILIES
+from costtune.kernels import FAMILIES, PROBLEM_KEYS
 
 # Per family: parameters a config must give, and those with a neutral value when absent.
 FAMILY_PARAMS: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
     "gemm": (("BLOCK_M", "BLOCK_N", "BLOCK_K"), {"SPLIT_K": 1}),
     "softmax": (("BLOCK_N",), {"ROWS_PER_PROG": 1}),
     "attention": (("BLOCK_M", "BLOCK_N"), {}),
-}
-PROBLEM_KEYS: dict[str, tuple[str, ...]] = {
-    "gemm": ("M", "N", "K"), "softmax": ("rows", "cols"),
-    "attention": ("B", "H", "S", "D", "causal"),
 }
 # Families tried, in order, when none is given: the most specific parameter sets first.
 _INFER_ORDER = ("gemm", "attention", "softmax")

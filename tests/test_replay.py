@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from costtune.measure.replay import FAMILY_KEYS, ReplayRunner
+from costtune.kernels import PROBLEM_KEYS as FAMILY_KEYS
+from costtune.measure.replay import ReplayRunner
 from costtune.store import Store
 from costtune.types import Config, Measurement, Status, Workload
 
@@ -138,8 +139,8 @@ def test_rejects_inconsistent_datasets():
 
 
 def test_family_keys_match_the_family_modules():
-    """FAMILY_KEYS mirrors each family's PROBLEM_KEYS; read from source, not imported
-    (importing a family pulls in triton)."""
+    """costtune.kernels.PROBLEM_KEYS mirrors each family module's PROBLEM_KEYS; read from
+    source, not imported (importing a family pulls in triton)."""
     for name, keys in FAMILY_KEYS.items():
         path = REPO / "costtune" / "kernels" / f"{name}.py"
         if not path.exists():

@@ -23,6 +23,11 @@ from types import ModuleType
 from typing import Any
 
 FAMILIES = ("gemm", "softmax", "attention")
+# Each family module's PROBLEM_KEYS, for callers that must not import torch or triton.
+PROBLEM_KEYS: dict[str, tuple[str, ...]] = {
+    "gemm": ("M", "N", "K"), "softmax": ("rows", "cols"),
+    "attention": ("B", "H", "S", "D", "causal"),
+}
 
 
 @dataclass

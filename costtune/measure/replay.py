@@ -12,15 +12,9 @@ from typing import Any
 
 import pandas as pd
 
+from costtune.kernels import PROBLEM_KEYS
 from costtune.types import Config, Measurement, Status, Workload
 
-# Problem-size columns per family; the same tuples as each family module's PROBLEM_KEYS
-# (kept here so replay never imports torch or triton).
-FAMILY_KEYS: dict[str, tuple[str, ...]] = {
-    "gemm": ("M", "N", "K"),
-    "softmax": ("rows", "cols"),
-    "attention": ("B", "H", "S", "D", "causal"),
-}
 _FIGURES = ("time_ms", "time_p20_ms", "time_p80_ms", "rel_err", "compile_s")
 _CORE = ("kernel", "workload", "dtype", "config", "status", *_FIGURES, "error")
 
@@ -161,9 +155,10 @@ class ReplayRunner:
 def problem_keys(kernel: str) -> tuple[str, ...]:
     """Problem-size column names of a kernel family."""
     try:
-        return FAMILY_KEYS[kernel]
+        return PROBLEM_KEYS[kernel]
     except KeyError:
-        raise ValueError(f"unknown kernel family {kernel!r}; known: {list(FAMILY_KEYS)}") from None
+        known = list(PROBLEM_KEYS)
+        raise ValueError(f"unknown kernel family {kernel!r}; known: {known}") from None
 
 
 def _isnull(value: Any) -> bool:
