@@ -70,8 +70,9 @@ class PruneDecision:
     scores: np.ndarray | None = None  # stage-1 scores, in the configs' order
     stage2: bool = False
     fallbacks: list[str] = field(default_factory=list)  # categories that applied
-    precompiled: tuple[int, int] | None = None
-    elapsed_ms: float = math.nan
+    precompiled: tuple[int, int] | None = None  # (compiled, submitted) by costtune.autotune
+    elapsed_ms: float = math.nan  # pruning
+    precompile_ms: float = math.nan  # the parallel precompile after it
 
 
 class ConfigPruner:
@@ -124,11 +125,13 @@ class ConfigPruner:
         self._warn(notes, f"benchmarking {len(kept)} of {len(configs)} configs")
         decision.elapsed_ms = (time.perf_counter() - start) * 1e3
         if self.after_prune is not None:
+            start = time.perf_counter()
             try:
                 decision.precompiled = self.after_prune(kept, named_args, kwargs,
                                                         decision.family)
             except Exception:  # precompiling only saves time; Triton compiles what it lacks
                 pass
+            decision.precompile_ms = (time.perf_counter() - start) * 1e3
         self.last = decision
         return kept
 
@@ -295,7 +298,7 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     to family names, e.g. ``{"BLOCK_SIZE_M": "BLOCK_M"}``; absent family params take their
     neutral value (SPLIT_K=1, ROWS_PER_PROG=1). ``dtype``: default, the first tensor's.
     ``two_stage``: re-rank the best ``shortlist`` by compiled features (AOT compile on the
-    CPU, cached in ``cache_dir``, ``workers`` processes) with ``stage2_model`` (default:
+    CPU, cached in ``cache_dir``, ``workers`` threads) with ``stage2_model`` (default:
     ``<model>_compiled`` for a shipped name such as "h200", else ``model``). ``widen``: k
     multiplier when the model may not apply here (None: keep all); ``range_margin``: octaves
     beyond the training sizes still trusted (None: no check).
@@ -323,13 +326,11 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
              model: Any = "h200", family: str | None = None, problem: ProblemSpec = None,
              precompile: bool | int = True, **options: Any) -> Callable[[Any], Any]:
     """``triton.autotune`` that benchmarks only the ``top_k`` configs the cost model ranks
-    best and, on a GPU, first compiles them in parallel (a process pool fills Triton's disk
-    cache; skipped under the interpreter, and, unless a pool is already running, for fewer
-    survivors than ``hook_precompile.MIN_COLD_POOL`` of the family (16 GEMM or softmax, 5
-    attention configs): starting a pool costs more than Triton's own serial compiles; an int
-    ``precompile`` sets that threshold, False turns precompiling off). ``options``:
-    any ``prune_configs_by`` option (``params``, ``two_stage``, ...) or ``triton.autotune``
-    argument (``do_bench``, ...).
+    best and, on a GPU, first compiles them in parallel threads (``hook_precompile``; skipped
+    under the interpreter). ``precompile``: True (one thread per usable core, at most one
+    per config), an int (that many threads) or False (Triton compiles them one by one while
+    it benchmarks). ``options``: any ``prune_configs_by`` option (``params``, ``two_stage``,
+    ...) or ``triton.autotune`` argument (``do_bench``, ...).
 
     >>> import triton, costtune
     >>> @costtune.autotune(configs=[triton.Config({"BLOCK_N": 1024})], key=["rows", "cols"],
@@ -349,6 +350,9 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
     prune_kw = {k: v for k, v in options.items() if k in _PRUNE_OPTIONS}
     triton_kw = {k: v for k, v in options.items() if k in triton_names}
     prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)  # checks now
+    if not isinstance(precompile, bool) and (not isinstance(precompile, int) or precompile < 1):
+        raise ValueError(f"precompile must be True, False or a thread count >= 1, "
+                         f"got {precompile!r}")
 
     def decorator(fn: Any) -> Any:
         # One pruner per kernel: its warnings and caches belong to that kernel.
@@ -357,12 +361,10 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
         if precompile is not False:
             from costtune.hook_precompile import precompile as run
 
-            workers = prune_kw.get("workers")
-            min_cold = None if precompile is True else int(precompile)
+            threads = None if precompile is True else int(precompile)
             prune["early_config_prune"].after_prune = (
                 lambda kept, named, kw, fam: run(tuner, kept, named_args=named, kwargs=kw,
-                                                 workers=workers, min_cold=min_cold,
-                                                 family=fam))
+                                                 threads=threads))
         return tuner
 
     return decorator

@@ -141,8 +141,10 @@ def compiled_table(launch: Launch, params: Sequence[dict[str, Any]], *, cache_di
     keys = list(zip(rows["workload"], rows["config"]))
     todo = rows[[k not in memo for k in keys]]
     if len(todo):
+        # Threads: the shortlist is a few dozen compiles, and a process pool would first
+        # spend seconds starting (its workers import torch and triton).
         table = compiled_features(todo, arch=target_arch(), workers=workers,
-                                  cache_dir=cache_dir)
+                                  cache_dir=cache_dir, threads=True)
         for rec in table.to_dict("records"):
             memo[(rec["workload"], rec["config"])] = rec
     return pd.DataFrame([memo[k] for k in keys])

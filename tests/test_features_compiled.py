@@ -224,6 +224,13 @@ def test_real_compiles_failures_and_cache(tmp_path):
     pd.testing.assert_frame_equal(first, second)
     print(f"compiled features: cold {cold:.1f}s, cached {warm:.1f}s")
 
+    # In threads (the pruning hook's stage 2), into a fresh cache: the same records, bar the
+    # compile seconds, and the same failures as data.
+    threaded = compiled_features(df, workers=2, cache_dir=tmp_path / "threads", threads=True)
+    pd.testing.assert_frame_equal(threaded.drop(columns="compile_s"),
+                                  first.drop(columns="compile_s"))
+    assert len(list((tmp_path / "threads").rglob("*.json"))) == 5
+
 
 def test_matches_gpu_fixture():
     """Registers, spills, shared bytes and specialization equal what the H200 reported."""

@@ -247,41 +247,58 @@ def test_user_kernel_with_mapping_and_neutral_split_k(model, model_path, record)
     assert tuner.best_config in best
 
 
-def test_precompile_submits_survivors(model_path, monkeypatch):
-    """The GPU-only precompile, with the pool replaced: one picklable job per survivor that
-    names the kernel and rebuilds its arguments."""
-    from concurrent.futures import Future
+def test_precompile_compiles_survivors_in_threads(model_path, monkeypatch):
+    """The GPU-only precompile, against a stand-in kernel: each survivor is warmed up with the
+    benchmark's own launch (every positional arg in order, the call's kwargs, the config's,
+    warmup=True), its compile goes to Triton's AsyncCompileMode thread pool, a failing compile
+    is left to the benchmark loop, and costtune.autotune wires it in."""
+    import threading
 
-    jobs = []
+    from triton.runtime._async_compile import active_mode
 
-    class Pool:
-        def submit(self, job):  # a functools.partial of warmup_config
-            jobs.append(job.keywords)
-            done = Future()
-            done.set_result("")
-            return done
+    from costtune.hook_precompile import precompile
 
-    started = []
+    calls, compiled_in = [], []
+
+    class Kernel:  # what tuner.fn.run does with warmup=True under AsyncCompileMode
+        def run(self, *args, warmup, **kw):
+            calls.append((args, warmup, kw))
+
+            def compile_():
+                compiled_in.append(threading.current_thread().name)
+                if kw["BM"] == 64:
+                    raise RuntimeError("ptxas failed")
+                return f"kernel BM={kw['BM']}"
+
+            return active_mode.get().submit(("k", kw["BM"]), compile_, lambda kernel: None)
+
+    class Tuner:
+        fn = Kernel()
+
     monkeypatch.setattr("costtune.hook_precompile.can_precompile", lambda: True)
-    monkeypatch.setattr("costtune.compile._pool", lambda workers: started.append(1) or Pool())
-    # Two survivors and no pool running: Triton's serial compiles beat a cold pool's start.
-    tuner = tiny_matmul_tuner(model_path, Bench())
+    configs = [triton.Config({"BM": bm, "BN": 32}, num_warps=4, num_stages=2)
+               for bm in (16, 32, 64)]
+    named = {"x": "tensor x", "m": 16}
+    out = precompile(Tuner(), configs, named_args=named, kwargs={"grid": "g", "warmup": False},
+                     threads=2)
+    assert out == (2, 3)  # the failing compile is not counted and raises nothing
+    assert [c[0] for c in calls] == [("tensor x", 16)] * 3 and all(c[1] for c in calls)
+    assert [c[2] for c in calls] == [{"grid": "g", **c.all_kwargs()} for c in configs]
+    assert len(compiled_in) == 3 and all(n.startswith("costtune-compile") for n in compiled_in)
+    assert precompile(Tuner(), configs[:1], named_args=named, kwargs={}) is None  # one config
+    with pytest.raises(ValueError, match="precompile"):
+        tiny_matmul_tuner(model_path, Bench(), precompile=0)
+    # costtune.autotune runs it after pruning, with the survivors and the call's arguments
+    seen = []
+    monkeypatch.setattr("costtune.hook_precompile.precompile",
+                        lambda tuner, kept, **kw: seen.append((tuner, kept, kw)) or (2, 2))
+    tuner = tiny_matmul_tuner(model_path, Bench(), precompile=3)
     run_tiny_matmul(tuner, 16, 128, 256)
-    assert tuner.early_config_prune.last.precompiled is None and not started and not jobs
-    tuner = tiny_matmul_tuner(model_path, Bench(), precompile=2)  # the threshold, lowered
-    run_tiny_matmul(tuner, 16, 128, 256)
-    assert tuner.early_config_prune.last.precompiled == (2, 2) and started == [1]
-    jobs.clear()
-    # A pool already running is used whatever the count.
-    monkeypatch.setattr("costtune.compile.running_pool", lambda: Pool())
-    tuner = tiny_matmul_tuner(model_path, Bench())
-    run_tiny_matmul(tuner, 16, 128, 256)
-    assert tuner.early_config_prune.last.precompiled == (2, 2) and started == [1]
-    assert {j["name"] for j in jobs} == {"_tiny_matmul"}
-    assert jobs[0]["arg_specs"]["x"] == ("tensor", (16, 256), (256, 1), "float16")
-    assert jobs[0]["arg_specs"]["m"] == ("value", 16)
-    kept = {tuple(sorted(j["meta"].items())) for j in jobs}
-    assert kept == {tuple(sorted(c.all_kwargs().items())) for c in tuner.configs_timings}
+    last = tuner.early_config_prune.last
+    assert last.precompiled == (2, 2) and last.precompile_ms >= 0
+    (got, kept, kw), = seen
+    assert got is tuner and kw["threads"] == 3 and list(kw["named_args"]) == tuner.arg_names[:6]
+    assert set(kept) == set(tuner.configs_timings)
 
 
 @triton.jit

@@ -129,11 +129,13 @@ def spec_text(signature: dict[str, str], constexprs: dict, attrs: dict) -> str:
                        "attrs": plain(attrs)}, sort_keys=True)
 
 
-def compile_job(job: CompileJob, *, sass: bool = True) -> dict[str, Any]:
+def compile_job(job: CompileJob, *, sass: bool = True, quiet: bool = True) -> dict[str, Any]:
     """Compile ``job`` and return its features as a flat JSON-able dict with ``status``.
 
     Never raises for a bad config: compile errors, ptxas errors and resource overflows that
-    the GPU would refuse at load time come back as a status and an error message.
+    the GPU would refuse at load time come back as a status and an error message. ``quiet``:
+    swallow what Triton prints (the whole PTX on a ptxas failure); it redirects the process's
+    stdout, so threads compiling side by side pass False.
     """
     import triton
     from triton.compiler import ASTSource
@@ -146,7 +148,7 @@ def compile_job(job: CompileJob, *, sass: bool = True) -> dict[str, Any]:
         options = backend.parse_options(dict(job.options))
         src = ASTSource(jit_function(fn), job.signature, job.constexprs, job.attrs)
         # Triton prints the whole PTX on a ptxas failure; the error message is enough.
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
             kernel = triton.compile(src, target=target, options=options.__dict__)
         out["shared_bytes"] = int(kernel.metadata.shared)
         out.update(asm.cubin_resources(kernel.asm["cubin"]))

@@ -21,7 +21,7 @@ import os
 import pickle
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -123,12 +123,14 @@ def launch_jobs(kernel: str, problem: dict[str, Any], dtype: str, config: Config
 
 def compiled_features(df: pd.DataFrame, *, arch: int = 90, workers: int | None = None,
                       cache_dir: str | os.PathLike | None = None,
-                      sass: bool = True) -> pd.DataFrame:
+                      sass: bool = True, threads: bool = False) -> pd.DataFrame:
     """One row per distinct (workload, config) of ``df``: ``compile_status``, ``compile_error``,
     ``compile_s``, ``compile_key`` and ``COMPILED_FEATURES`` (NaN where the compile failed).
 
     ``workers``: processes (default: all cores; 1 compiles in this process, unless this
     process runs Triton's interpreter, whose kernels cannot compile: then in one worker).
+    ``threads``: compile in this process's threads instead of processes (no pool to start:
+    the pruning hook's few dozen compiles; a large batch scales better in processes).
     """
     keys = df.drop_duplicates(list(KEY_COLUMNS)).reset_index(drop=True)
     workers = max(1, workers or os.cpu_count() or 1)
@@ -140,7 +142,7 @@ def compiled_features(df: pd.DataFrame, *, arch: int = 90, workers: int | None =
             row_jobs = rows_to_jobs(keys, arch)
         jobs = {j.key: j for item in row_jobs if not isinstance(item, str) for j in item[0]}
         records = compile_jobs(list(jobs.values()), workers=workers, cache_dir=cache_dir,
-                               sass=sass, pool=pool)
+                               sass=sass, pool=pool, threads=threads and pool is None)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -238,8 +240,10 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 def compile_jobs(jobs: Sequence[CompileJob], *, workers: int | None = None,
                  cache_dir: str | os.PathLike | None = None, sass: bool = True,
-                 pool: ProcessPoolExecutor | None = None) -> dict[str, dict[str, Any]]:
-    """``{job.key: record}`` for every job: from the disk cache, else compiled (in a pool)."""
+                 pool: ProcessPoolExecutor | None = None,
+                 threads: bool = False) -> dict[str, dict[str, Any]]:
+    """``{job.key: record}`` for every job: from the disk cache, else compiled (in a pool,
+    or in ``workers`` threads of this process with ``threads``)."""
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     records: dict[str, dict[str, Any]] = {}
     todo = []
@@ -253,7 +257,8 @@ def compile_jobs(jobs: Sequence[CompileJob], *, workers: int | None = None,
     if todo:
         start = time.perf_counter()
         # Each record is cached as it arrives, so a run killed part-way keeps what it compiled.
-        for key, fresh in _compile_all(todo, workers=workers, sass=sass, pool=pool):
+        for key, fresh in _compile_all(todo, workers=workers, sass=sass, pool=pool,
+                                       threads=threads):
             job = by_key[key]
             rec = {**fresh, "kernel_fn": f"{job.fn_module}.{job.fn_name}",
                    "spec": job.spec, "arch": job.arch, "sass": sass}
@@ -266,12 +271,22 @@ def compile_jobs(jobs: Sequence[CompileJob], *, workers: int | None = None,
 
 
 def _compile_all(jobs: list[CompileJob], *, workers: int | None, sass: bool,
-                 pool: ProcessPoolExecutor | None) -> Iterator[tuple[str, dict[str, Any]]]:
+                 pool: ProcessPoolExecutor | None,
+                 threads: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(job.key, record)`` for every job, in order of completion."""
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if pool is None and workers <= 1:
         for j in jobs:
             yield j.key, compile_job(j, sass=sass)
+        return
+    if pool is None and threads:
+        # Triton's passes and ptxas run without the GIL. stdout stays as it is: redirecting it
+        # is process-wide, so threads cannot each swallow their own compile's output.
+        with ThreadPoolExecutor(workers, thread_name_prefix="costtune-aot") as tpool:
+            futures = {tpool.submit(compile_job, j, sass=sass, quiet=False): j.key
+                       for j in jobs}
+            for fut in as_completed(futures):
+                yield futures[fut], fut.result()  # compile_job returns failures as records
         return
     # Kernels a spawned worker cannot import by name (or whose constants do not pickle)
     # compile here instead.
