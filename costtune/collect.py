@@ -83,6 +83,23 @@ def plan_workloads(workloads: list[Workload], store, *, max_configs: int | None 
     return todo, len(unique) - len(todo)
 
 
+def spread_order(todo: list[tuple[Workload, list[Config]]]
+                 ) -> list[tuple[Workload, list[Config]]]:
+    """The order to hand workloads to several GPUs: biggest first within each (kernel, dtype),
+    taking from the groups in turn. Workloads of one group share compiled kernels (same
+    kernel, same specialization, overlapping configs); two GPUs measuring neighbours of one
+    group at once would both compile the kernels neither has cached yet."""
+    groups: dict[tuple[str, str], list] = {}
+    for item in sorted(todo, key=lambda wc: -len(wc[1])):
+        groups.setdefault((item[0].kernel, item[0].dtype), []).append(item)
+    queues = list(groups.values())
+    out = []
+    while queues:
+        out += [q.pop(0) for q in queues]
+        queues = [q for q in queues if q]
+    return out
+
+
 def collect_workload(workload: Workload, configs: list[Config], *, reps: int = 10,
                      seed: int = 0, workers: int | None = None, extra: dict | None = None,
                      progress: Callable[[Measurement], None] | None = None) -> list[dict]:
@@ -144,7 +161,8 @@ def _collect_multi(todo, gpus: list[int], kwargs: dict, store_rows, over_budget,
              for g in gpus]
     for p in procs:
         p.start()
-    pending = list(enumerate(todo))[::-1]
+    order = {id(item): i for i, item in enumerate(todo)}
+    pending = [(order[id(item)], item) for item in spread_order(todo)][::-1]
     running = 0
     for _ in gpus:  # one workload in flight per GPU; the rest wait here, so a budget can stop
         if pending:

@@ -92,11 +92,6 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return _POOL
 
 
-def running_pool() -> ProcessPoolExecutor | None:
-    """The compile pool if one is already started (its workers warm), else None."""
-    return _POOL
-
-
 def shutdown_pool(*, wait: bool = False) -> None:
     global _POOL
     if _POOL is not None:
@@ -105,12 +100,12 @@ def shutdown_pool(*, wait: bool = False) -> None:
 
 
 def run_in_pool(jobs: Sequence[Callable[[], Any]], *, workers: int | None,
-                timeout_s: float, reuse_running: bool = False) -> list[Any]:
+                timeout_s: float) -> list[Any]:
     """Run picklable zero-argument ``jobs`` (e.g. ``functools.partial``) in the long-lived
     pool: per job its result, or the exception it raised (``TimeoutError`` once ``timeout_s``
     has passed). A timeout or a dead worker shuts the pool down: a stuck or broken pool can't
-    be reused. ``reuse_running``: use a pool already running whatever its size."""
-    pool = (running_pool() if reuse_running else None) or _pool(workers or os.cpu_count() or 1)
+    be reused."""
+    pool = _pool(workers or os.cpu_count() or 1)
     futures = [pool.submit(job) for job in jobs]
     deadline = time.monotonic() + timeout_s
     out: list[Any] = []

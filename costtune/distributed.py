@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 from distributed import WorkerPlugin
 
-from costtune.collect import plan_workloads
+from costtune.collect import plan_workloads, spread_order
 from costtune.compile import error_text
 from costtune.types import Config, Measurement, Status, Workload
 
@@ -82,18 +82,20 @@ def _measure_on_gpu(workload: Workload, configs: list[Config], *, reps: int, see
     import torch
 
     from costtune.collect import collect_workload
-    from costtune.env import environment, sm_clock_mhz
+    from costtune.env import environment, sm_clock_reader
     from costtune.measure.gpu import TIMING_METHOD, ContextLost
 
     if not torch.cuda.is_available():
         cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
         raise RuntimeError(f"no CUDA GPU visible on {socket.gethostname()} "
                            f"(CUDA_VISIBLE_DEVICES={cvd!r}); give each worker one GPU")
+    clock_start = sm_clock_reader()  # nvidia-smi runs while the workload compiles
+    t0 = time.perf_counter()
     daemonic = mp.current_process().daemon  # a daemonic process may not start the compile pool
     workers = 0 if daemonic else (compile_workers or _default_compile_workers())
-    env = environment()  # its nvidia-smi query reads the SM clock too
+    env = environment(sm_clock=False)  # versions and driver: read once per worker process
     meta = {**env, "timing_method": TIMING_METHOD, "runner": "gpu",
-            "compile_workers": workers, "sm_clock_start_mhz": env["sm_clock_mhz"]}
+            "compile_workers": workers, "task_env_s": round(time.perf_counter() - t0, 3)}
     try:
         rows = collect_workload(workload, configs, reps=reps, seed=seed, workers=workers,
                                 extra=extra)
@@ -102,7 +104,10 @@ def _measure_on_gpu(workload: Workload, configs: list[Config], *, reps: int, see
         # the nanny starts a fresh process and the retry does not land on a broken context.
         threading.Timer(1.0, os._exit, args=(70,)).start()
         raise
-    meta["sm_clock_end_mhz"] = sm_clock_mhz()
+    t1 = time.perf_counter()
+    meta["sm_clock_start_mhz"] = meta["sm_clock_mhz"] = clock_start()
+    meta["sm_clock_end_mhz"] = sm_clock_reader()()
+    meta["task_clock_wait_s"] = round(time.perf_counter() - t1, 3)
     if daemonic:
         meta["compile_note"] = "serial compile: daemonic Dask worker"
     return rows, meta
@@ -209,17 +214,20 @@ def _run(client, todo, task_kw, replay_rows, *, retries, t0, time_budget_s, stor
 
     _gpu_slots(client, check=True)
     address = client.scheduler.address
-    pending = sorted(todo, key=lambda wc: -len(wc[1]))  # biggest first: a shorter tail
+    # Biggest first (a shorter tail), kernels taken in turn (fewer compiles done twice).
+    pending = spread_order(todo)
+    rank = {id(item): len(pending) - i for i, item in enumerate(pending)}
     futures: dict[Any, Workload] = {}
     done = as_completed()
 
     def submit_next() -> None:
-        w, configs = pending.pop(0)
+        item = pending.pop(0)
+        w, configs = item
         rows = replay_rows.get(w.id) if task_kw["runner"] == "replay" else None
         fut = client.submit(measure_task, w, configs, **task_kw, replay_rows=rows,
                             key=f"costtune-{w.id}-{uuid.uuid4().hex[:8]}",
                             resources={GPU_RESOURCE: 1}, retries=retries,
-                            priority=len(configs), pure=False)
+                            priority=rank[id(item)], pure=False)
         futures[fut] = w
         done.add(fut)
 

@@ -12,7 +12,9 @@ import shlex
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -21,11 +23,13 @@ _SMI_TIMEOUT_S = 10.0
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def environment(device: Any = None) -> dict[str, Any]:
+def environment(device: Any = None, *, sm_clock: bool = True) -> dict[str, Any]:
     """Describe the machine and software for ``device`` (a CUDA index, "cuda:1" or
     torch.device; None = the current device).
 
-    On a CPU-only machine the GPU fields read ``gpu="cpu"`` and None.
+    On a CPU-only machine the GPU fields read ``gpu="cpu"`` and None. The driver and library
+    versions are read once per process; ``sm_clock=False`` skips the one nvidia-smi call left
+    (``sm_clock_mhz`` is None then; ``sm_clock_reader`` reads it without waiting).
 
     >>> env = environment()
     >>> env["gpu"] == "cpu" or env["sm_count"] > 0
@@ -33,23 +37,61 @@ def environment(device: Any = None) -> dict[str, Any]:
     """
     gpu = _gpu_info(device)
     smi_id = gpu.pop("smi_id")
-    smi = _nvidia_smi(["driver_version", "clocks.sm"], smi_id) if smi_id is not None else None
     commit, dirty = git_state()
     return {
         **gpu,
-        "driver": smi[0] if smi else None,
-        "cuda": _torch_cuda_version(),
-        "torch": _version("torch"),
-        "triton": _version("triton"),
-        "python": platform.python_version(),
-        "numpy": _version("numpy"),
+        "driver": _driver(smi_id) if smi_id is not None else None,
+        **_software(),
         "hostname": socket.gethostname(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "costtune_commit": commit,
         "costtune_dirty": dirty,
-        "sm_clock_mhz": _to_int(smi[1]) if smi else None,
+        "sm_clock_mhz": _clock(smi_id) if sm_clock and smi_id is not None else None,
         "command": shlex.join(sys.argv),
     }
+
+
+@cache
+def _software() -> dict[str, Any]:
+    return {"cuda": _torch_cuda_version(), "torch": _version("torch"),
+            "triton": _version("triton"), "python": platform.python_version(),
+            "numpy": _version("numpy")}
+
+
+@cache
+def _driver(smi_id: str) -> str | None:
+    out = _nvidia_smi(["driver_version"], smi_id)
+    return out[0] if out else None
+
+
+def sm_clock_reader(device: int | str | None = None) -> Callable[[], int | None]:
+    """Start reading ``device``'s SM clock now, without waiting for nvidia-smi (which takes
+    a good part of a second on some hosts); the returned function waits for and returns it
+    (MHz, or None when it cannot be read).
+
+    >>> read = sm_clock_reader()
+    >>> clock = read()
+    >>> clock is None or clock > 0
+    True
+    """
+    cmd = _smi_cmd(["clocks.sm"], _smi_id(device))
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True)
+    except OSError:
+        return lambda: None
+
+    def read() -> int | None:
+        try:
+            out, _ = proc.communicate(timeout=_SMI_TIMEOUT_S)
+        except subprocess.SubprocessError:
+            proc.kill()
+            proc.communicate()
+            return None
+        values = _smi_values(out, proc.returncode, 1)
+        return _to_int(values[0]) if values else None
+
+    return read
 
 
 def sm_clock_mhz(device: int | str | None = None) -> int | None:
@@ -61,7 +103,11 @@ def sm_clock_mhz(device: int | str | None = None) -> int | None:
     >>> sm_clock_mhz() is None or sm_clock_mhz() > 0
     True
     """
-    out = _nvidia_smi(["clocks.sm"], _smi_id(device))
+    return _clock(_smi_id(device))
+
+
+def _clock(smi_id: str) -> int | None:
+    out = _nvidia_smi(["clocks.sm"], smi_id)
     return _to_int(out[0]) if out else None
 
 
@@ -133,18 +179,26 @@ def _smi_id(device: int | str | None) -> str:
     return visible[index] if index < len(visible) else str(index)
 
 
+def _smi_cmd(fields: list[str], smi_id: str) -> list[str]:
+    return ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
+            "-i", smi_id]
+
+
 def _nvidia_smi(fields: list[str], smi_id: str) -> list[str] | None:
-    cmd = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
-           "-i", smi_id]
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=_SMI_TIMEOUT_S)
+        res = subprocess.run(_smi_cmd(fields, smi_id), capture_output=True, text=True,
+                             timeout=_SMI_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None
-    lines = res.stdout.strip().splitlines()
-    if res.returncode != 0 or not lines:
+    return _smi_values(res.stdout, res.returncode, len(fields))
+
+
+def _smi_values(stdout: str, returncode: int | None, n: int) -> list[str] | None:
+    lines = stdout.strip().splitlines()
+    if returncode != 0 or not lines:
         return None
     values = [v.strip() for v in lines[0].split(",")]
-    return values if len(values) == len(fields) else None
+    return values if len(values) == n else None
 
 
 def _git(cwd: Path, *args: str) -> str | None:

@@ -44,7 +44,7 @@ def run(workloads, n_gpus: int, args, work: Path) -> tuple[pd.DataFrame, dict, d
     if args.cpu_per_gpu == "fixed" and not args.dry_run:
         # Every GPU worker compiles with the same cores in both runs, as on a cluster where
         # each GPU brings its own; "shared" lets collect_dask split this host's cores.
-        kw["compile_workers"] = max(1, len(os.sched_getaffinity(0)) // args.gpus)
+        kw["compile_workers"] = fixed_compile_workers(args)
     if args.dry_run:
         kw.update(runner="replay", replay_dataset=DATASET, replay_delay_s=args.dry_sleep)
     else:  # a cold cache per run: both runs pay the same compiles
@@ -53,9 +53,10 @@ def run(workloads, n_gpus: int, args, work: Path) -> tuple[pd.DataFrame, dict, d
     metas = [store.part_meta(p) for p in store.parts()]
     device = {m["workload"]: m.get("cuda_visible_devices") for m in metas}
     rows = store.load()
-    task = {m["workload"]: m.get("task_wall_s") for m in metas}
+    per_task = {k: {m["workload"]: m.get(k) for m in metas}
+                for k in ("task_wall_s", "task_env_s", "task_clock_wait_s")}
     rows = rows.assign(gpu_index=rows["workload"].map(device),
-                       task_wall_s=rows["workload"].map(task))
+                       **{k: rows["workload"].map(v) for k, v in per_task.items()})
     return rows, summary, metas[0] if metas else {}
 
 
@@ -88,13 +89,45 @@ def agreement(one: pd.DataFrame, many: pd.DataFrame) -> tuple[pd.DataFrame, dict
     return pd.DataFrame(per), stats
 
 
+def fixed_compile_workers(args) -> int:
+    """Compile processes per GPU worker in both runs: --compile-workers, else this host's
+    usable cores / --gpus."""
+    return args.compile_workers or max(1, len(os.sched_getaffinity(0)) // args.gpus)
+
+
+def cpu_topology() -> dict[str, int]:
+    """Usable logical CPUs and the distinct physical cores under them (Linux sysfs)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cores = set()
+    for cpu in cpus:
+        base = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add((base / "physical_package_id").read_text().strip()
+                      + ":" + (base / "core_id").read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return {"logical": len(cpus), "physical": len(cores)}
+
+
 def wall_split(rows: pd.DataFrame) -> dict[str, float]:
-    """Summed per-workload wall seconds: compiling configs vs measuring them on the GPU."""
+    """Summed per-workload wall seconds on the workers: the whole task; its setup (inputs,
+    reference output), compiling, timing, the re-time pass; environment and clock reads;
+    and the rest of the task."""
     per = rows.drop_duplicates("workload")
-    columns = {"task": "task_wall_s", "compile": "workload_compile_wall_s",
-               "measure": "workload_measure_wall_s"}
-    return {k: float(pd.to_numeric(per[c], errors="coerce").sum(min_count=1)) if c in per
-            else float("nan") for k, c in columns.items()}
+
+    def total(column: str) -> float:
+        if column not in per:
+            return float("nan")
+        return float(pd.to_numeric(per[column], errors="coerce").sum(min_count=1))
+
+    out = {"task": total("task_wall_s"), "setup": total("workload_setup_wall_s"),
+           "compile": total("workload_compile_wall_s"),
+           "measure": total("workload_measure_wall_s"), "env": total("task_env_s"),
+           "clock": total("task_clock_wait_s")}
+    out["retime"] = total("workload_wall_s") - out["compile"] - out["measure"]
+    parts = [out[k] for k in ("setup", "compile", "measure", "retime", "env", "clock")]
+    out["other"] = out["task"] - sum(p for p in parts if p == p)
+    return out
 
 
 def dataset_retime_p90() -> float | None:
@@ -108,6 +141,7 @@ def dataset_retime_p90() -> float | None:
 def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90) -> str:
     (rows1, s1, meta1), (rows_n, sn, meta_n) = runs
     split1, split_n = wall_split(rows1), wall_split(rows_n)
+    topo = cpu_topology()
     t1, tn = s1["seconds"] - s1["startup_s"], sn["seconds"] - sn["startup_s"]
     speedup = t1 / tn if tn else float("nan")
     noise = retime_p90 if retime_p90 is not None else CITED_RETIME_P90
@@ -136,22 +170,28 @@ def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90) ->
            "cluster where every GPU brings its cores)" if args.cpu_per_gpu == "fixed" else
            "the host's cores are split among the GPU workers, so one GPU gets them all)"),
         "",
-        "| run | workloads | configs | failed workloads | cluster start s | collection s "
-        "| sum task wall s | sum compile wall s | sum measure wall s |",
-        "|---|---|---|---|---|---|---|---|---|",
-        f"| 1 GPU | {s1['workloads']} | {s1['configs']} | {len(s1['failed_workloads'])} | "
-        f"{s1['startup_s']:.1f} | {t1:.1f} | {split1['task']:.1f} | {split1['compile']:.1f} | "
-        f"{split1['measure']:.1f} |",
-        f"| {args.gpus} GPUs | {sn['workloads']} | {sn['configs']} | "
-        f"{len(sn['failed_workloads'])} | {sn['startup_s']:.1f} | {tn:.1f} | "
-        f"{split_n['task']:.1f} | {split_n['compile']:.1f} | {split_n['measure']:.1f} |",
+        f"- CPU: {topo['logical']} usable logical CPUs on {topo['physical']} physical cores "
+        "(sysfs topology as this host reports it)",
         "",
-        "Sum task wall: per workload, the whole task on its worker (inputs, reference, "
-        "environment reads, compile, timing); a gap to collection s x GPUs is idle workers "
-        "(scheduling, stragglers, the client storing rows). "
-        "Sum compile/measure wall: per workload, the seconds its GPU worker waited for its "
-        "configs to compile and then spent timing them, summed over workloads (a GPU worker "
-        "does one after the other, so with compiles bound by the CPU, more GPUs do not help).",
+        "| run | workloads | configs | failed workloads | cluster start s | collection s "
+        "| idle worker s | sum task wall s | setup | compile | measure | re-time | env reads "
+        "| clock wait | rest of task |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *(f"| {name} | {s['workloads']} | {s['configs']} | {len(s['failed_workloads'])} | "
+          f"{s['startup_s']:.1f} | {t:.1f} | {n * t - sp['task']:.1f} | {sp['task']:.1f} | "
+          + " | ".join(f"{sp[k]:.1f}" for k in ("setup", "compile", "measure", "retime",
+                                                 "env", "clock", "other")) + " |"
+          for name, n, s, t, sp in (("1 GPU", 1, s1, t1, split1),
+                                    (f"{args.gpus} GPUs", args.gpus, sn, tn, split_n))),
+        "",
+        "Idle worker s: collection s x GPUs - sum task wall (scheduling, stragglers at the "
+        "end, a worker's first-task imports are inside its task). Sum task wall: per workload, "
+        "the whole task on its worker, split into: setup (inputs, reference output), compile "
+        "(waiting for its configs to compile), measure (timing them), re-time (the second "
+        "pass over 5% of them), env reads (versions, git, driver), clock wait (nvidia-smi SM "
+        "clock reads not hidden behind work) and the rest (task start, CUDA init on a "
+        "worker's first task, returning rows). A GPU worker does one part after the other, "
+        "so with compiles bound by the CPU, more GPUs help only as far as the CPU scales.",
         "",
         f"**Speed-up {speedup:.2f}x** on collection time (goal >= {GOAL}x: "
         f"{'met' if speedup >= GOAL else 'NOT met'}); end to end with cluster start "
@@ -188,6 +228,9 @@ def main() -> None:
     ap.add_argument("--cpu-per-gpu", choices=("fixed", "shared"), default="fixed",
                     help="fixed: each GPU worker compiles on cores/--gpus processes in both "
                     "runs; shared: collect_dask's default split of this host's cores")
+    ap.add_argument("--compile-workers", type=int, default=None,
+                    help="with --cpu-per-gpu fixed: compile processes per GPU worker (default "
+                    "usable cores / --gpus)")
     ap.add_argument("--dry-run", action="store_true", help="replay + sleep on CPU (plumbing)")
     ap.add_argument("--dry-sleep", type=float, default=1.0, help="seconds per replayed task")
     args = ap.parse_args()
@@ -215,6 +258,8 @@ def main() -> None:
     name = "dask_scaling_dryrun" if args.dry_run else "dask_scaling"
     if args.cpu_per_gpu == "shared":
         name += "_shared_cpu"
+    elif args.compile_workers:
+        name += f"_cw{args.compile_workers}"
     (out / f"{name}.md").write_text(text)
     meta = runs[1][2]
     per.assign(dry_run=args.dry_run, n_gpus=args.gpus, gpu=meta.get("gpu"),

@@ -119,3 +119,20 @@ def test_collect_cli_reports_and_resumes(tmp_path, monkeypatch):
     assert len(calls) == 2
     bad = CliRunner().invoke(app, ["collect", "softmax", "--suite", "nosuch"])
     assert bad.exit_code == 2 and "neither" in bad.output
+
+
+def test_spread_order_alternates_kernels_biggest_first():
+    from costtune.collect import spread_order
+
+    def item(kernel, n, dtype="float16"):
+        sizes = {"M": n, "N": 64, "K": 64} if kernel == "gemm" else {"rows": n, "cols": 64}
+        return Workload(kernel, sizes, dtype), [object()] * n
+
+    todo = [item("gemm", 10), item("gemm", 30), item("softmax", 5), item("softmax", 20),
+            item("gemm", 20), item("gemm", 40, "bfloat16")]
+    out = spread_order(todo)
+    assert sorted(map(id, out)) == sorted(map(id, todo))  # a permutation, nothing copied
+    assert [(w.kernel, w.dtype, len(c)) for w, c in out] == [
+        ("gemm", "bfloat16", 40), ("gemm", "float16", 30), ("softmax", "float16", 20),
+        ("gemm", "float16", 20), ("softmax", "float16", 5), ("gemm", "float16", 10)]
+    assert spread_order([]) == []

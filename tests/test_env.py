@@ -34,3 +34,32 @@ def test_checkout_and_not(monkeypatch, tmp_path):
     pkg = tmp_path / "costtune"
     pkg.mkdir()
     assert git_state(pkg) == ("", None)  # an installed copy outside any checkout
+
+
+def _fake_smi(tmp_path: Path, body: str) -> str:
+    """A directory holding an ``nvidia-smi`` that runs ``body`` (a shell snippet)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\n{body}\n")
+    smi.chmod(0o755)
+    return str(bin_dir)
+
+
+def test_sm_clock_reader_does_not_wait(monkeypatch, tmp_path):
+    import os
+    import time
+
+    from costtune.env import sm_clock_mhz, sm_clock_reader
+
+    monkeypatch.setenv("PATH", _fake_smi(tmp_path, 'sleep 0.5; echo "1980"') + os.pathsep
+                       + os.environ["PATH"])
+    start = time.perf_counter()
+    read = sm_clock_reader(0)
+    assert time.perf_counter() - start < 0.3  # nvidia-smi still running
+    assert read() == 1980 and time.perf_counter() - start >= 0.5
+    assert sm_clock_mhz(0) == 1980  # the waiting read agrees
+    monkeypatch.setenv("PATH", _fake_smi(tmp_path, "echo 'No devices were found'; exit 6"))
+    assert sm_clock_reader(0)() is None and sm_clock_mhz(0) is None
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no nvidia-smi at all
+    assert sm_clock_reader(0)() is None
