@@ -8,10 +8,12 @@ tensors): Triton specializes on sizes, strides and 16-byte pointer alignment, al
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -68,18 +70,74 @@ def error_text(exc: BaseException, limit: int = 600) -> str:
 
 
 def compile_config(kernel: str, specs: dict[str, tuple], config: dict[str, Any]) -> CompileResult:
-    """Compile one config in this process (a pool worker) through the family's own launches."""
+    """Compile one config in this process (a pool worker) through the family's own launches.
+
+    Under a host-wide lock per (kernel, config, specialization): GPU workers of one host that
+    need the same kernel at once compile it once, the others wait and load it from Triton's
+    disk cache (the seconds reported start after the wait)."""
     from costtune.kernels import get_family
 
     family = get_family(kernel)
     inputs = rebuild_inputs(specs)
-    start = time.perf_counter()
-    try:
-        for call in family.kernel_calls(inputs, Config.from_dict(config)):
-            call.warmup()
-    except Exception as exc:  # every compile failure becomes a row
-        return CompileResult(classify_error(exc), time.perf_counter() - start, error_text(exc))
+    with compile_lock(kernel, specs, config):
+        start = time.perf_counter()
+        try:
+            for call in family.kernel_calls(inputs, Config.from_dict(config)):
+                call.warmup()
+        except Exception as exc:  # every compile failure becomes a row
+            return CompileResult(classify_error(exc), time.perf_counter() - start,
+                                 error_text(exc))
     return CompileResult(Status.OK, time.perf_counter() - start)
+
+
+def specialization_key(kernel: str, specs: dict[str, tuple], config: dict[str, Any]) -> str:
+    """A hash that two compiles share when Triton may compile the same kernels for them: the
+    config, dtypes, and for every size, stride and int how Triton specializes it (equal to 1,
+    divisible by 16, other). Coarser than Triton's own key at worst, which only makes a
+    compile wait for one it did not need."""
+    def cls(v: Any) -> str:
+        if isinstance(v, bool) or not isinstance(v, int):
+            return repr(v)
+        return "1" if v == 1 else "16" if v % 16 == 0 else "x"
+
+    parts = [kernel, repr(sorted(config.items()))]
+    for name, spec in sorted(specs.items()):
+        if spec[0] == "tensor":
+            parts.append(f"{name}:{spec[3]}:{[cls(d) for d in spec[1]]}:"
+                         f"{[cls(d) for d in spec[2]]}")
+        else:
+            parts.append(f"{name}={cls(spec[1])}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def compile_lock(kernel: str, specs: dict[str, tuple], config: dict[str, Any]
+                 ) -> Iterator[None]:
+    """Hold the host-wide lock of this compile (an flock in Triton's cache directory, released
+    by the OS if the holder dies); without flock or a writable cache, no lock."""
+    try:
+        import fcntl
+
+        from triton import knobs
+
+        folder = os.path.join(knobs.cache.dir, "costtune-locks")
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(os.path.join(folder, specialization_key(kernel, specs, config)),
+                     os.O_CREAT | os.O_RDWR, 0o644)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _lower_priority() -> None:
+    # Pool initializer: compiles yield the CPU to the processes timing kernels on the GPU.
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(5)
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
@@ -87,7 +145,8 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     global _POOL, _POOL_SIZE
     if _POOL is None or _POOL_SIZE != workers:
         shutdown_pool()
-        _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+        _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                    initializer=_lower_priority)
         _POOL_SIZE = workers
     return _POOL
 

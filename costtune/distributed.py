@@ -93,6 +93,8 @@ def _measure_on_gpu(workload: Workload, configs: list[Config], *, reps: int, see
     t0 = time.perf_counter()
     daemonic = mp.current_process().daemon  # a daemonic process may not start the compile pool
     workers = 0 if daemonic else (compile_workers or _default_compile_workers())
+    if workers:  # torch's own CPU threads (inputs) stay within this worker's share of cores
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), workers)))
     env = environment(sm_clock=False)  # versions and driver: read once per worker process
     meta = {**env, "timing_method": TIMING_METHOD, "runner": "gpu",
             "compile_workers": workers, "task_env_s": round(time.perf_counter() - t0, 3)}

@@ -47,6 +47,8 @@ def run(workloads, n_gpus: int, args, work: Path) -> tuple[pd.DataFrame, dict, d
         kw["compile_workers"] = fixed_compile_workers(args)
     if args.dry_run:
         kw.update(runner="replay", replay_dataset=DATASET, replay_delay_s=args.dry_sleep)
+    elif args.triton_cache == "warm":  # both runs load every kernel from one filled cache
+        kw.update(worker_env={"TRITON_CACHE_DIR": str(work / "triton_shared")})
     else:  # a cold cache per run: both runs pay the same compiles
         kw.update(worker_env={"TRITON_CACHE_DIR": str(work / f"triton_{n_gpus}gpu")})
     summary = collect_dask(workloads, store, **kw)
@@ -130,6 +132,24 @@ def wall_split(rows: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def fill_cache(workloads, args, work: Path) -> float:
+    """--triton-cache warm: compile every workload's configs once into the cache both runs
+    share (all of this host's cores); returns the seconds it took."""
+    from costtune.collect import workload_configs
+    from costtune.compile import precompile, shutdown_pool
+    from costtune.kernels import get_family
+
+    start = time.perf_counter()
+    os.environ["TRITON_CACHE_DIR"] = str(work / "triton_shared")  # the pool inherits it
+    cores = len(os.sched_getaffinity(0))
+    for w in workloads:
+        inputs = get_family(w.kernel).make_inputs(w.sizes, w.dtype)  # shapes only matter
+        precompile(w, workload_configs(w, max_configs=args.max_configs, seed=args.seed),
+                   inputs, workers=cores)
+    shutdown_pool(wait=True)
+    return time.perf_counter() - start
+
+
 def dataset_retime_p90() -> float | None:
     if not DATASET.exists():
         return None
@@ -138,7 +158,8 @@ def dataset_retime_p90() -> float | None:
     return float((ok["retime_ms"] / ok["time_ms"] - 1).abs().quantile(0.9))
 
 
-def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90) -> str:
+def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90,
+           warm_s: float = float("nan")) -> str:
     (rows1, s1, meta1), (rows_n, sn, meta_n) = runs
     split1, split_n = wall_split(rows1), wall_split(rows_n)
     topo = cpu_topology()
@@ -163,7 +184,11 @@ def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90) ->
         f"{meta_n.get('costtune_commit') or '?'} (dirty: {meta_n.get('costtune_dirty')})",
         f"- workloads: {len(workloads)} ({', '.join(args.specs)}), max_configs "
         f"{args.max_configs}, reps {args.reps}, seed {args.seed}; runs in order 1 GPU, then "
-        f"{args.gpus}; fresh store and Triton cache per run; compile workers per GPU worker: "
+        f"{args.gpus}; fresh store per run; "
+        + ("fresh Triton cache per run (both pay every compile)" if args.triton_cache == "cold"
+           else f"one Triton cache filled before the runs ({warm_s:.0f} s on all cores), so "
+           "both runs load every kernel from it")
+        + "; compile workers per GPU worker: "
         f"{meta1.get('compile_workers')} (1 GPU) / {meta_n.get('compile_workers')} "
         f"({args.gpus} GPUs) ({args.cpu_per_gpu} CPU per GPU: "
         + ("each GPU worker compiles on the same number of cores in both runs, as on a "
@@ -231,6 +256,9 @@ def main() -> None:
     ap.add_argument("--compile-workers", type=int, default=None,
                     help="with --cpu-per-gpu fixed: compile processes per GPU worker (default "
                     "usable cores / --gpus)")
+    ap.add_argument("--triton-cache", choices=("cold", "warm"), default="cold",
+                    help="cold: a fresh Triton cache per run; warm: one cache filled before "
+                    "both runs (GPU-bound collection: what scales with GPUs alone)")
     ap.add_argument("--dry-run", action="store_true", help="replay + sleep on CPU (plumbing)")
     ap.add_argument("--dry-sleep", type=float, default=1.0, help="seconds per replayed task")
     args = ap.parse_args()
@@ -246,6 +274,10 @@ def main() -> None:
         kernel, suite = spec.split(":")
         workloads += suite_workloads(kernel, suite)[:args.max_workloads]
     with tempfile.TemporaryDirectory(prefix="dask_scaling_") as tmp:
+        warm_s = float("nan")
+        if args.triton_cache == "warm" and not args.dry_run:
+            warm_s = fill_cache(workloads, args, Path(tmp))
+            print(f"filled the shared Triton cache in {warm_s:.1f} s", flush=True)
         runs = []
         for n in (1, args.gpus):
             t = time.perf_counter()
@@ -253,13 +285,15 @@ def main() -> None:
             print(f"{n} GPU(s): {time.perf_counter() - t:.1f} s, {runs[-1][1]}", flush=True)
     (one, _, _), (many, _, _) = runs
     per, stats = agreement(one, many)
-    text = report(args, workloads, runs, per, stats, dataset_retime_p90())
+    text = report(args, workloads, runs, per, stats, dataset_retime_p90(), warm_s)
     out.mkdir(parents=True, exist_ok=True)
     name = "dask_scaling_dryrun" if args.dry_run else "dask_scaling"
     if args.cpu_per_gpu == "shared":
         name += "_shared_cpu"
     elif args.compile_workers:
         name += f"_cw{args.compile_workers}"
+    if args.triton_cache == "warm":
+        name += "_warm"
     (out / f"{name}.md").write_text(text)
     meta = runs[1][2]
     per.assign(dry_run=args.dry_run, n_gpus=args.gpus, gpu=meta.get("gpu"),

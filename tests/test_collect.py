@@ -136,3 +136,43 @@ def test_spread_order_alternates_kernels_biggest_first():
         ("gemm", "bfloat16", 40), ("gemm", "float16", 30), ("softmax", "float16", 20),
         ("gemm", "float16", 20), ("softmax", "float16", 5), ("gemm", "float16", 10)]
     assert spread_order([]) == []
+
+
+def test_compile_lock_serializes_one_specialization_only(tmp_path, monkeypatch):
+    """Two GPU workers of a host needing the same kernel at once: one compiles, the other waits
+    (then loads it from Triton's cache); other specializations do not wait."""
+    import threading
+    import time
+
+    from costtune.compile import compile_lock, specialization_key
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    cfg = {"BLOCK_N": 1024, "num_warps": 4}
+    a = {"x": ("tensor", (4096, 4096), (4096, 1), "float16"), "n": ("value", 4096)}
+    b = {"x": ("tensor", (2048, 8192), (8192, 1), "float16"), "n": ("value", 8192)}
+    c = {"x": ("tensor", (4095, 4095), (4095, 1), "float16"), "n": ("value", 4095)}
+    assert specialization_key("softmax", a, cfg) == specialization_key("softmax", b, cfg)
+    assert specialization_key("softmax", a, cfg) != specialization_key("softmax", c, cfg)
+    assert specialization_key("softmax", a, cfg) != specialization_key(
+        "softmax", a, {**cfg, "num_warps": 8})
+    held, waited = threading.Event(), {}
+
+    def holder():
+        with compile_lock("softmax", a, cfg):
+            held.set()
+            time.sleep(0.4)
+
+    def other(name, specs):
+        held.wait()
+        start = time.perf_counter()
+        with compile_lock("softmax", specs, cfg):
+            waited[name] = time.perf_counter() - start
+
+    threads = [threading.Thread(target=holder), threading.Thread(target=other, args=("same", b)),
+               threading.Thread(target=other, args=("different", c))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert waited["same"] >= 0.3 and waited["different"] < 0.2
+    assert list((tmp_path / "costtune-locks").iterdir())
