@@ -413,12 +413,14 @@ def test_two_stage_and_precompile_on_gpu(train_rows, tmp_path):
         gemm._gemm_kernel)
     x = gemm.make_inputs({"M": 512, "N": 512, "K": 512}, "float16", device="cuda")
     c = torch.zeros(512, 512, dtype=torch.float32, device="cuda")
-    grid = lambda meta: (triton.cdiv(512, meta["BLOCK_M"]) ** 2, meta["SPLIT_K"])
+    grid = lambda meta: (triton.cdiv(512, meta["BLOCK_M"]) * triton.cdiv(512, meta["BLOCK_N"]),
+                         meta["SPLIT_K"])
     a, b = x["a"], x["b"]
     tuner[grid](a, b, c, 512, 512, 512, *a.stride(), *b.stride(), *c.stride(), GROUP_M=8,
                 UPCAST_DOT=False)
     last = tuner.early_config_prune.last
-    assert last.stage2 and last.precompiled == (2, 2)
+    assert last.stage2 and last.precompiled == (2, 2) and last.fallbacks == []
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)
 
 
 def test_prune_vs_exhaustive_plans_on_cpu(capsys, tmp_path):
