@@ -28,6 +28,8 @@ CPU = [
     ("model_selection.py", "which cost model ships (CV on the train suite only)",
      "model_selection"),
     ("leaderboard.py", "(1) cost model vs baselines on the test suite", "leaderboard"),
+    ("diverse_topk.py", "score order vs tile-diverse top-k orders (CV on the train suite)",
+     "diverse_topk"),
     ("static_vs_compiled.py", "(2) static vs static+compiled features", "static_vs_compiled"),
     ("sample_efficiency.py", "(3) top-k score vs number of training shapes",
      "sample_efficiency"),
@@ -39,6 +41,7 @@ CPU = [
 GPU_ONLY = [
     ("prune_vs_exhaustive.py", "GPU-measured cold autotune: pruned vs exhaustive"),
     ("dask_scaling.py", "Dask collection scaling over GPUs"),
+    ("compile_scaling.py", "compile throughput vs pool processes on a GPU host"),
     ("gpu_resource_check.py", "compiled features vs the GPU's own resource report"),
 ]
 SKIPPED = 3  # a script's exit status for "inputs missing, nothing measured"
