@@ -115,6 +115,9 @@ class ConfigPruner:
         start = time.perf_counter()
         notes: list[tuple[str, str]] = []
         try:
+            from costtune.hook_preload import wait
+
+            wait()  # a model still loading in the background: let it finish first
             decision, order = self._prune(configs, named_args, kwargs, notes)
         except Exception as exc:  # never stop tuning: benchmark everything instead
             notes.append(("error", f"pruning failed ({type(exc).__name__}: {exc})"))
@@ -287,7 +290,8 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
                      dtype: str | None = None, two_stage: bool = False, shortlist: int = 32,
                      stage2_model: Any = None, widen: int | None = 4,
                      range_margin: float | None = 1.0, workers: int | None = None,
-                     cache_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+                     cache_dir: str | os.PathLike | None = None,
+                     preload: bool = True) -> dict[str, Any]:
     """``prune_configs_by=`` for ``@triton.autotune``: Triton benchmarks the ``top_k`` configs
     the cost model ranks fastest (a float <= 1 is a fraction of the list; never fewer than 1).
 
@@ -301,7 +305,9 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     CPU, cached in ``cache_dir``, ``workers`` threads) with ``stage2_model`` (default:
     ``<model>_compiled`` for a shipped name such as "h200", else ``model``). ``widen``: k
     multiplier when the model may not apply here (None: keep all); ``range_margin``: octaves
-    beyond the training sizes still trusted (None: no check).
+    beyond the training sizes still trusted (None: no check). ``preload``: start loading the
+    model now, in a background thread, so the first tuning call does not wait ~1.5-3 s for
+    xgboost's imports and the booster (``hook_preload``).
 
     >>> import triton, costtune
     >>> @triton.autotune(configs=[triton.Config({"BLOCK_M": 64, "BLOCK_N": 64,
@@ -316,6 +322,10 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     pruner = ConfigPruner(model=model, top_k=top_k, spec=spec, two_stage=two_stage,
                           shortlist=shortlist, stage2_model=stage2_model, widen=widen,
                           range_margin=range_margin, workers=workers, cache_dir=cache_dir)
+    if preload:
+        from costtune.hook_preload import preload as start_preload
+
+        start_preload(model, family, two_stage=two_stage, stage2_model=stage2_model)
     return {"early_config_prune": pruner}
 
 

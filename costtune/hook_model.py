@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ import pandas as pd
 from costtune.hook_kernel import Launch
 
 _MODELS: dict[tuple[str, str], Any] = {}
+_LOAD_LOCK = threading.Lock()  # one load per model, whichever thread asks first
 
 
 def load_model(model: Any, family: str) -> tuple[Any, str | None]:
@@ -37,10 +39,11 @@ def load_model(model: Any, family: str) -> tuple[Any, str | None]:
         _check_features(model)
         return _single_threaded(model), None
     text = os.fspath(model)
-    if (text, family) not in _MODELS:
-        loaded, note = CostModel.load_for(text, family)
-        _MODELS[(text, family)] = (_single_threaded(loaded), note)
-    return _MODELS[(text, family)]
+    with _LOAD_LOCK:
+        if (text, family) not in _MODELS:
+            loaded, note = CostModel.load_for(text, family)
+            _MODELS[(text, family)] = (_single_threaded(loaded), note)
+        return _MODELS[(text, family)]
 
 
 def default_stage2(model: Any) -> Any:

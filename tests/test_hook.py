@@ -481,3 +481,47 @@ def test_load_for_a_path_and_a_missing_name(model, model_path):
     assert note is None and loaded.family == "gemm"
     with pytest.raises(FileNotFoundError, match="no shipped model named 'nosuch'"):
         CostModel.load_for("nosuch", "gemm")
+
+
+def test_preload_loads_the_model_before_the_first_call(model, monkeypatch, tmp_path):
+    """Decorating starts loading the model in a background thread; the first tuning call then
+    finds it in memory (one load in all). preload=False and in-memory models start nothing;
+    a model that cannot load is left for the call, which warns as before."""
+    import threading
+
+    from costtune import hook_model, hook_preload
+    from costtune.model.xgb import CostModel
+
+    path = str(model.save(tmp_path / "preloaded"))  # no other test has loaded this path
+    loads = []
+    real = CostModel.load_for.__func__
+
+    def counted(cls, name, family):
+        loads.append((str(name), family, threading.current_thread().name))
+        return real(cls, name, family)
+
+    def join_preloads():
+        for thread in threading.enumerate():
+            if thread.name == "costtune-preload":
+                thread.join(timeout=120)
+
+    monkeypatch.setattr(CostModel, "load_for", classmethod(counted))
+    tuner = tiny_matmul_tuner(path, Bench())
+    join_preloads()
+    assert (path, "gemm") in hook_model._MODELS
+    run_tiny_matmul(tuner, 16, 128, 256)
+    assert tuner.early_config_prune.last.k == 2  # pruned with the preloaded model
+    assert loads == [(path, "gemm", "costtune-preload")]
+    # Nothing to do: the same model again, a model object; preload=False starts no thread.
+    assert hook_preload.preload(path, "gemm") is None
+    assert hook_preload.preload(CostModel(), "gemm") is None
+    other = str(model.save(tmp_path / "not_preloaded"))
+    costtune.prune_configs_by(other, family="gemm", preload=False)
+    join_preloads()
+    assert (other, "gemm") not in hook_model._MODELS
+    # A model that cannot load: the preload fails quietly, the call warns and keeps all.
+    with pytest.warns(costtune.CosttuneWarning, match="no usable cost model"):
+        tuner = tiny_matmul_tuner(str(tmp_path / "nosuch"), Bench())
+        join_preloads()
+        run_tiny_matmul(tuner, 16, 128, 256)
+    assert tuner.early_config_prune.last.k == len(USER)

@@ -1,0 +1,112 @@
+"""How long does a fresh process's first pruning call take, with and without the preload?
+
+Each run is a fresh Python process that imports torch, triton and costtune, decorates a GEMM
+kernel's 1,000 configs (``costtune.prune_configs_by(..., preload=...)``, the moment a kernel
+module is imported), then sets itself up -- nothing, an idle wait (data loading, CUDA init),
+or a fixed amount of torch CPU work (model building) -- and then makes the first tuning call's
+pruning exactly as Triton does. Reports the first call's milliseconds and the setup's seconds
+(so a preload that slowed the setup down would show). CPU-only: the hook runs on the host CPU.
+Writes experiments/results/first_prune.md.
+
+    python experiments/bench_first_prune.py [--repeats 3] [--setup-s 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHILD = r"""
+import json, sys, time, warnings
+import torch, triton
+import costtune
+mode, setup_s, preload = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
+gemm = costtune.get_family("gemm")
+configs = [c.to_triton() for c in gemm.config_space().sample(1000, seed=0)]
+warnings.simplefilter("ignore")
+prune = costtune.prune_configs_by("h200", 8, family="gemm", preload=preload)[
+    "early_config_prune"]
+t0 = time.perf_counter()
+if mode == "idle":
+    time.sleep(setup_s)
+elif mode == "busy":  # a fixed amount of torch CPU work, about setup_s long on its own
+    x = torch.randn(512, 512)
+    for _ in range(int(setup_s * 400)):
+        x = torch.tanh(x @ x.T / 512)
+t1 = time.perf_counter()
+s = {"M": 512, "N": 4608, "K": 3584}
+grid = lambda meta: (triton.cdiv(s["M"], meta["BLOCK_M"]) * triton.cdiv(s["N"], meta["BLOCK_N"]),
+                     meta["SPLIT_K"])
+prune(configs, {"a_ptr": torch.empty(1, dtype=torch.float16), **s}, grid=grid, warmup=False)
+t2 = time.perf_counter()
+print("RESULT " + json.dumps({"setup_s": t1 - t0, "first_ms": (t2 - t1) * 1e3,
+                              "kept": len(prune.last.kept)}))
+"""
+
+
+def child(mode: str, setup_s: float, preload: bool) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("TRITON_INTERPRET", None)
+    res = subprocess.run([sys.executable, "-c", CHILD, mode, str(setup_s),
+                          "1" if preload else "0"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    if res.returncode or not lines:
+        raise RuntimeError(res.stderr[-1000:])
+    return json.loads(lines[-1][7:])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--setup-s", type=float, default=3.0)
+    ap.add_argument("--out", type=Path, default=ROOT / "experiments" / "results"
+                    / "first_prune.md")
+    args = ap.parse_args()
+    from costtune.env import environment
+
+    rows = []
+    for mode in ("none", "idle", "busy"):
+        # Alternate with and without, so drift on a shared machine hits both alike.
+        both = [[child(mode, args.setup_s, preload) for preload in (False, True)]
+                for _ in range(args.repeats)]
+        for preload in (False, True):
+            runs = [pair[preload] for pair in both]
+            row = {"setup": mode, "preload": preload,
+                   "setup_s": statistics.median(r["setup_s"] for r in runs),
+                   "first_ms": statistics.median(r["first_ms"] for r in runs),
+                   "first_ms_all": [round(r["first_ms"]) for r in runs]}
+            rows.append(row)
+            print(row, flush=True)
+    env = environment()
+    lines = [
+        "# First pruning call in a fresh process (CPU measurement)", "",
+        "A fresh process decorates a GEMM kernel's 1,000 configs with "
+        "`costtune.prune_configs_by(\"h200\", 8, family=\"gemm\", preload=...)`, sets itself "
+        f"up, then prunes once as Triton's first tuning call would. Setup: `none`; `idle` "
+        f"({args.setup_s:g} s wait: data loading, CUDA init); `busy` (a fixed amount of torch "
+        f"CPU work, ~{args.setup_s:g} s alone). Medians of {args.repeats} processes per row, "
+        "runs with and without the preload alternating.", "",
+        "| setup | preload | setup s | first pruning call ms | each run ms |",
+        "|---|---|---:|---:|---|",
+        *(f"| {r['setup']} | {'yes' if r['preload'] else 'no'} | {r['setup_s']:.2f} | "
+          f"{r['first_ms']:.0f} | {r['first_ms_all']} |" for r in rows), "",
+        "## Provenance", "",
+        f"- CPU: {os.cpu_count()} cores visible; host {env['hostname']}, python "
+        f"{env['python']}, torch {env['torch']}, triton {env['triton']}, GPU: {env['gpu']}",
+        f"- costtune commit {env['costtune_commit'] or 'unknown'}"
+        f"{' (uncommitted changes)' if env['costtune_dirty'] else ''}, {env['date']}",
+        f"- command: `{env['command']}`", ""]
+    args.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
