@@ -37,6 +37,8 @@ CPU = [
     ("pareto.py", "(5) estimated cold autotune time vs quality", "pareto"),
     ("search_strategies.py", "(6) search strategies on replayed data", "search_strategies"),
     ("bench_hook_overhead.py", "pruning-hook CPU overhead", "hook_overhead"),
+    ("bench_first_prune.py", "a fresh process's first pruning call, with and without preload",
+     "first_prune"),
 ]
 GPU_ONLY = [
     ("prune_vs_exhaustive.py", "GPU-measured cold autotune: pruned vs exhaustive"),
