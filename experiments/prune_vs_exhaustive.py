@@ -169,31 +169,51 @@ def method_configs(fam: Any, run: Run) -> list[Any]:
     return fam.config_space(run.problem).to_triton()
 
 
-def tuned_launch(fam: Any, inputs: dict, *, configs: list, run: Run, do_bench: Any,
-                 options: dict[str, Any]) -> tuple[Any, Any]:
-    """(launch(), tuner): the family's main kernel under an autotuner over ``configs``."""
-    names = fam.config_space().names
-    tuned = {k for c in configs for k in c.kwargs}
+def _buffer_config(configs: list) -> Any:
     # GEMM split-K configs add into an fp32 workspace: tune every config into one (zeroed).
     split = [c for c in configs if c.kwargs.get("SPLIT_K", 1) > 1]
-    buffers = split[0] if split else configs[0]
+    return split[0] if split else configs[0]
+
+
+def kernel_fn(fam: Any, run: Run, configs: list) -> Any:
+    """The kernel to tune, known before any input exists (a program imports its kernel modules,
+    and so runs their autotune decorators, before it builds data): the family's main kernel,
+    taken from a small CPU instance of the problem."""
+    if fam.NAME == "softmax":
+        return _softmax_any
+    small = {k: v if k == "causal" else min(int(v), 64) for k, v in run.problem.items()}
+    buffers = _buffer_config(configs)
+    return fam.kernel_calls(fam.make_inputs(small, run.dtype), {
+        **buffers.kwargs, "num_warps": buffers.num_warps,
+        "num_stages": buffers.num_stages})[0].fn
+
+
+def make_tuner(fn: Any, *, configs: list, run: Run, do_bench: Any,
+               options: dict[str, Any]) -> Any:
+    """The method's autotuner over ``configs`` (decorating: costtune starts loading its model)."""
+    split = _buffer_config(configs).kwargs.get("SPLIT_K", 1) > 1
+    reset = [fn.arg_names[2]] if split else None
+    if run.method.startswith("costtune"):
+        return costtune.autotune(configs, [], top_k=run.k, family=run.family,
+                                 two_stage=run.method == "costtune2", do_bench=do_bench,
+                                 reset_to_zero=reset, **options)(fn)
+    return triton.autotune(configs, [], do_bench=do_bench, reset_to_zero=reset)(fn)
+
+
+def tuned_launch(fam: Any, inputs: dict, tuner: Any, *, configs: list, run: Run) -> Any:
+    """launch(): ``tuner`` called on ``inputs`` as the family's own launch would."""
+    names = fam.config_space().names
+    tuned = {k for c in configs for k in c.kwargs}
+    buffers = _buffer_config(configs)
     call = fam.kernel_calls(inputs, {**buffers.kwargs, "num_warps": buffers.num_warps,
                                      "num_stages": buffers.num_stages})[0]
-    fn = _softmax_any if fam.NAME == "softmax" else call.fn
     fixed = {k: v for k, v in call.kwargs.items() if k not in tuned and k != "NUM_STAGES"}
-    reset = [fn.arg_names[2]] if split else None
 
     def grid(meta: dict) -> tuple[int, ...]:
         cfg = {"num_warps": 4, "num_stages": 1, **{p: meta[p] for p in names if p in meta}}
         return tuple(fam.grid(run.problem, cfg))
 
-    if run.method.startswith("costtune"):
-        tuner = costtune.autotune(configs, [], top_k=run.k, family=fam.NAME,
-                                  two_stage=run.method == "costtune2", do_bench=do_bench,
-                                  reset_to_zero=reset, **options)(fn)
-    else:
-        tuner = triton.autotune(configs, [], do_bench=do_bench, reset_to_zero=reset)(fn)
-    return (lambda: tuner[grid](*call.args, **fixed)), tuner
+    return lambda: tuner[grid](*call.args, **fixed)
 
 
 def run_one(run: Run, *, model: str, stage2_model: str | None, reps: int) -> dict[str, Any]:
@@ -206,19 +226,21 @@ def run_one(run: Run, *, model: str, stage2_model: str | None, reps: int) -> dic
     from costtune.types import Config
 
     fam = costtune.get_family(run.family)
-    inputs = fam.make_inputs(run.problem, run.dtype, device="cuda")
-    ref = fam.reference(inputs)
     configs = method_configs(fam, run)
-    benchmark = driver.active.get_benchmarker()
     benched = []
 
     def do_bench(fn, quantiles):
         benched.append(1)
-        return benchmark(fn, quantiles=quantiles)
+        return driver.active.get_benchmarker()(fn, quantiles=quantiles)
 
+    # As a program does: kernels decorated first (costtune starts loading its model then),
+    # inputs built after, then the first call tunes.
     options = {"model": model, **({"stage2_model": stage2_model} if stage2_model else {})}
-    launch, tuner = tuned_launch(fam, inputs, configs=configs, run=run, do_bench=do_bench,
-                                 options=options)
+    tuner = make_tuner(kernel_fn(fam, run, configs), configs=configs, run=run,
+                       do_bench=do_bench, options=options)
+    inputs = fam.make_inputs(run.problem, run.dtype, device="cuda")
+    ref = fam.reference(inputs)
+    launch = tuned_launch(fam, inputs, tuner, configs=configs, run=run)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         start = time.perf_counter()

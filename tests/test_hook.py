@@ -456,6 +456,27 @@ def test_prune_vs_exhaustive_plans_on_cpu(capsys, tmp_path):
     with pytest.raises(SystemExit):
         script.main(["--dry-run", "--families", "conv"])
 
+    # One run's tuning, on CPU tensors under the interpreter: the kernel is decorated before
+    # any input exists, then tuned through the family's launch; it benchmarks k configs
+    # (exhaustive: all of them).
+    for family, problem in (("softmax", {"rows": 64, "cols": 1024}),
+                            ("gemm", {"M": 16, "N": 128, "K": 256})):
+        fam = costtune.get_family(family)
+        survivors = None
+        for method, k in (("costtune", 2), ("exhaustive", None)):
+            run = script.Run(family, problem, method, k, 0, 0.0)
+            # exhaustive over costtune's survivors only: the interpreter is slow
+            configs = survivors or script.method_configs(fam, run)
+            bench = Bench()
+            tuner = script.make_tuner(script.kernel_fn(fam, run, configs), configs=configs,
+                                      run=run, do_bench=bench, options={})
+            inputs = fam.make_inputs(problem, "float16")
+            script.tuned_launch(fam, inputs, tuner, configs=configs, run=run)()
+            assert bench.calls == (k or len(configs)) and tuner.best_config in configs
+            if method == "costtune":
+                assert tuner.early_config_prune.last.fallbacks == []
+                survivors = list(tuner.configs_timings)
+
 
 def test_shipped_set_serves_each_family_and_has_a_stage2(train_rows, monkeypatch, record):
     """The shipped `h200` resolves per family like `costtune eval` scores it, and two_stage
