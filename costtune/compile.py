@@ -91,10 +91,11 @@ def compile_config(kernel: str, specs: dict[str, tuple], config: dict[str, Any])
 
 
 def specialization_key(kernel: str, specs: dict[str, tuple], config: dict[str, Any]) -> str:
-    """A hash that two compiles share when Triton may compile the same kernels for them: the
-    config, dtypes, and for every size, stride and int how Triton specializes it (equal to 1,
-    divisible by 16, other). Coarser than Triton's own key at worst, which only makes a
-    compile wait for one it did not need."""
+    """A hash that two compiles share when Triton likely compiles the same kernels for them:
+    the config, dtypes, and for every size, stride and int how Triton specializes it (equal to
+    1, divisible by 16, other). It can differ from Triton's own key either way (it ignores the
+    int width and the GPU; it tells floats apart by value): a shared key only makes one compile
+    wait for the other, a split one only compiles twice."""
     def cls(v: Any) -> str:
         if isinstance(v, bool) or not isinstance(v, int):
             return repr(v)
@@ -110,11 +111,16 @@ def specialization_key(kernel: str, specs: dict[str, tuple], config: dict[str, A
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
+LOCK_WAIT_S = 300.0  # a holder stuck longer than this (a hung worker) is compiled around
+
+
 @contextlib.contextmanager
-def compile_lock(kernel: str, specs: dict[str, tuple], config: dict[str, Any]
-                 ) -> Iterator[None]:
+def compile_lock(kernel: str, specs: dict[str, tuple], config: dict[str, Any], *,
+                 wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     """Hold the host-wide lock of this compile (an flock in Triton's cache directory, released
-    by the OS if the holder dies); without flock or a writable cache, no lock."""
+    by the OS if the holder dies), waiting at most ``wait_s``. When flock is missing, the cache
+    is not writable, the file system refuses locks (NFS without locking) or the wait runs out,
+    the compile goes ahead unlocked: the lock only saves duplicate work."""
     try:
         import fcntl
 
@@ -128,7 +134,17 @@ def compile_lock(kernel: str, specs: dict[str, tuple], config: dict[str, Any]
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # held by another compile of the same kernel
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+            except OSError:  # the file system does not lock (ENOLCK, ENOSYS, ...)
+                break
         yield
     finally:
         os.close(fd)  # closing releases the flock

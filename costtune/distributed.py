@@ -106,8 +106,10 @@ def _measure_on_gpu(workload: Workload, configs: list[Config], *, reps: int, see
         # the nanny starts a fresh process and the retry does not land on a broken context.
         threading.Timer(1.0, os._exit, args=(70,)).start()
         raise
+    finally:
+        start_mhz = clock_start()  # reaps nvidia-smi whatever happened
     t1 = time.perf_counter()
-    meta["sm_clock_start_mhz"] = meta["sm_clock_mhz"] = clock_start()
+    meta["sm_clock_start_mhz"] = meta["sm_clock_mhz"] = start_mhz
     meta["sm_clock_end_mhz"] = sm_clock_reader()()
     meta["task_clock_wait_s"] = round(time.perf_counter() - t1, 3)
     if daemonic:

@@ -25,6 +25,16 @@ _MODELS: dict[tuple[str, str], Any] = {}
 _LOAD_LOCK = threading.Lock()  # one load per model, whichever thread asks first
 
 
+def _fresh_lock_in_child() -> None:
+    # A lock held by the parent's preload thread at a fork would stay held in the child.
+    global _LOAD_LOCK
+    _LOAD_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_in_child)
+
+
 def load_model(model: Any, family: str) -> tuple[Any, str | None]:
     """A fitted CostModel for ``family`` and a note when a family model was passed over.
 

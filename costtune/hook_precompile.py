@@ -49,27 +49,52 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
     """Compile ``configs`` of ``tuner`` (a triton Autotuner) for this call's arguments, in
     ``threads`` threads (default: one per usable core, at most one per config); returns
     (compiled, submitted), or None when skipped (no GPU, the interpreter, fewer than two
-    configs). A config whose compile fails is left to the benchmark loop, which meets (and
-    reports) the same failure as without precompiling."""
-    if len(configs) < 2 or not can_precompile():
+    configs, a kernel under another autotuner). A config whose compile fails, or that has a
+    ``pre_hook``, is left to the benchmark loop, which compiles it as it would have."""
+    if len(configs) < 2 or not can_precompile() or not _compiles_directly(tuner):
         return None
     from triton import AsyncCompileMode
+    from triton.runtime._async_compile import active_mode
 
     args = list(named_args.values())  # Triton's nargs: every positional argument, in order
     meta = {k: v for k, v in kwargs.items() if k != "warmup"}
     kernels = []
     with ThreadPoolExecutor(compile_threads(len(configs), threads),
                             thread_name_prefix="costtune-compile") as pool:
-        with AsyncCompileMode(pool, ignore_errors=True):
-            for config in configs:
-                try:
-                    # The launch the benchmark makes (tuner.fn may be a Heuristics wrapper,
-                    # which adds its values), with warmup=True: compile, do not run.
-                    kernels.append(tuner.fn.run(*args, warmup=True,
-                                                **{**meta, **config.all_kwargs()}))
-                except Exception:  # e.g. a config the binder rejects: the benchmark says why
-                    kernels.append(None)
+        mode = AsyncCompileMode(pool, ignore_errors=True)
+        try:
+            with mode:
+                for config in configs:
+                    if config.pre_hook is not None:
+                        # It runs before each benchmark launch and may change what compiles
+                        # (a TMA descriptor's block shape): Triton compiles it then.
+                        kernels.append(None)
+                        continue
+                    try:
+                        # The launch the benchmark makes (tuner.fn may be a Heuristics
+                        # wrapper, which adds its values), with warmup=True: compile only.
+                        kernels.append(tuner.fn.run(*args, warmup=True,
+                                                    **{**meta, **config.all_kwargs()}))
+                    except Exception:  # e.g. a config the binder rejects: the benchmark
+                        kernels.append(None)  # meets and reports the same failure
+        finally:
+            # Triton leaves the mode active if finishing it raised (a post-compile hook, an
+            # interrupt); every later compile in this thread would then go to a closed pool.
+            if active_mode.get() is mode:
+                active_mode.set(None)
     return sum(_compiled(k) for k in kernels), len(configs)
+
+
+def _compiles_directly(tuner: Any) -> bool:
+    """True when ``tuner.fn`` is the JIT function, maybe under heuristics: a nested autotuner
+    would benchmark its own configs when asked to warm up."""
+    from triton.runtime.autotuner import Heuristics
+    from triton.runtime.jit import JITFunction
+
+    fn = getattr(tuner, "fn", None)
+    while isinstance(fn, Heuristics):
+        fn = fn.fn
+    return isinstance(fn, JITFunction)
 
 
 def _compiled(kernel: Any) -> bool:

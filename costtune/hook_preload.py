@@ -21,18 +21,35 @@ from costtune.kernels import FAMILIES
 _STARTED: set[tuple] = set()
 _STARTED_LOCK = threading.Lock()
 _RUNNING: list[threading.Thread] = []
+WAIT_S = 120.0  # a preload slower than this (a stalled file system) is not waited for
+
+
+def _after_fork_in_child() -> None:
+    # A forked child has no preload thread: forget it, and take fresh locks (one held by the
+    # parent's thread at the fork would stay held for ever).
+    global _STARTED_LOCK
+    _STARTED_LOCK = threading.Lock()
+    _STARTED.clear()
+    _RUNNING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def preload(model: Any, family: str | None, *, two_stage: bool = False,
             stage2_model: Any = None) -> threading.Thread | None:
     """Start loading ``model`` (and with ``two_stage`` the stage-2 model) for ``family`` in a
     daemon thread; without a family (told only at the call) it imports what every model
-    needs. Models given in memory need nothing. A failure is left for the tuning call to meet
-    and report. Returns the thread, or None when there is nothing (more) to do."""
+    needs. Models given in memory need nothing, and a multiprocessing worker (which imports the
+    kernel's module too, e.g. a DataLoader worker) starts nothing. A failure is left for the
+    tuning call to meet and report. Returns the thread, or None when there is nothing to do."""
+    import multiprocessing
+
     names = [m for m in (model, stage2_model if two_stage else None)
              if isinstance(m, (str, os.PathLike))]
-    if not isinstance(model, (str, os.PathLike)):
-        return None
+    if not isinstance(model, (str, os.PathLike)) or multiprocessing.parent_process():
+        return None  # a model in memory; a worker process re-importing the kernel's module
     family = family if family in FAMILIES else None
     key = (tuple(os.fspath(m) for m in names), family, bool(two_stage))
     with _STARTED_LOCK:
@@ -73,4 +90,4 @@ def wait() -> None:
         running = [t for t in _RUNNING if t.is_alive()]
     for thread in running:
         if thread is not threading.current_thread():
-            thread.join()
+            thread.join(timeout=WAIT_S)

@@ -276,6 +276,7 @@ def test_precompile_compiles_survivors_in_threads(model_path, monkeypatch):
         fn = Kernel()
 
     monkeypatch.setattr("costtune.hook_precompile.can_precompile", lambda: True)
+    monkeypatch.setattr("costtune.hook_precompile._compiles_directly", lambda tuner: True)
     configs = [triton.Config({"BM": bm, "BN": 32}, num_warps=4, num_stages=2)
                for bm in (16, 32, 64)]
     named = {"x": "tensor x", "m": 16}
@@ -286,8 +287,42 @@ def test_precompile_compiles_survivors_in_threads(model_path, monkeypatch):
     assert [c[2] for c in calls] == [{"grid": "g", **c.all_kwargs()} for c in configs]
     assert len(compiled_in) == 3 and all(n.startswith("costtune-compile") for n in compiled_in)
     assert precompile(Tuner(), configs[:1], named_args=named, kwargs={}) is None  # one config
+    # A config with a pre_hook (it may change what compiles) is left to the benchmark loop.
+    calls.clear()
+    hooked = [configs[0], triton.Config({"BM": 32, "BN": 32}, pre_hook=lambda nargs: None)]
+    assert precompile(Tuner(), hooked, named_args=named, kwargs={}) == (1, 2)
+    assert len(calls) == 1
+    # Finishing the mode raises (a post-compile hook): the mode does not stay active, or
+    # every later compile in this thread would go to a closed pool.
+    class Failing(Kernel):
+        def run(self, *args, warmup, **kw):
+            return active_mode.get().submit(("f", kw["BM"]), lambda: "kernel",
+                                            lambda kernel: 1 / 0)
+
+    class FailingTuner:
+        fn = Failing()
+
+    with pytest.raises(ZeroDivisionError):
+        precompile(FailingTuner(), configs, named_args=named, kwargs={})
+    assert active_mode.get() is None
     with pytest.raises(ValueError, match="precompile"):
         tiny_matmul_tuner(model_path, Bench(), precompile=0)
+    # Only a JIT function (maybe under heuristics) is warmed up: a nested autotuner would
+    # benchmark its own configs.
+    from types import SimpleNamespace
+
+    from triton.runtime.autotuner import Heuristics
+    from triton.runtime.jit import JITFunction
+
+    jit = JITFunction(_row_add.fn if hasattr(_row_add, "fn") else _row_add)
+    monkeypatch.undo()
+    from costtune.hook_precompile import _compiles_directly
+
+    assert _compiles_directly(SimpleNamespace(fn=jit))
+    assert _compiles_directly(SimpleNamespace(fn=Heuristics(jit, jit.arg_names,
+                                                            {"BLOCK": lambda a: 16})))
+    assert not _compiles_directly(SimpleNamespace(fn=SimpleNamespace(fn=jit)))
+    monkeypatch.setattr("costtune.hook_precompile.can_precompile", lambda: True)
     # costtune.autotune runs it after pruning, with the survivors and the call's arguments
     seen = []
     monkeypatch.setattr("costtune.hook_precompile.precompile",
@@ -532,10 +567,16 @@ def test_preload_loads_the_model_before_the_first_call(model, monkeypatch, tmp_p
     assert (path, "gemm") in hook_model._MODELS
     run_tiny_matmul(tuner, 16, 128, 256)
     assert tuner.early_config_prune.last.k == 2  # pruned with the preloaded model
-    assert loads == [(path, "gemm", "costtune-preload")]
+    # (loads of other paths: other tests' preloads may still be finishing)
+    assert [ld for ld in loads if ld[0] == path] == [(path, "gemm", "costtune-preload")]
     # Nothing to do: the same model again, a model object; preload=False starts no thread.
     assert hook_preload.preload(path, "gemm") is None
     assert hook_preload.preload(CostModel(), "gemm") is None
+    import multiprocessing
+
+    with monkeypatch.context() as m:  # a worker process that imports the kernel's module
+        m.setattr(multiprocessing, "parent_process", lambda: object())
+        assert hook_preload.preload(str(tmp_path / "in_a_worker"), "gemm") is None
     other = str(model.save(tmp_path / "not_preloaded"))
     costtune.prune_configs_by(other, family="gemm", preload=False)
     join_preloads()
