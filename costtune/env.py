@@ -64,6 +64,20 @@ def _driver(smi_id: str) -> str | None:
     return out[0] if out else None
 
 
+def cpu_topology() -> dict[str, int]:
+    """Usable logical CPUs and the distinct physical cores under them (Linux sysfs)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cores = set()
+    for cpu in cpus:
+        base = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add((base / "physical_package_id").read_text().strip()
+                      + ":" + (base / "core_id").read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return {"logical": len(cpus), "physical": len(cores)}
+
+
 def sm_clock_reader(device: int | str | None = None) -> Callable[[], int | None]:
     """Start reading ``device``'s SM clock now, without waiting for nvidia-smi (which takes
     a good part of a second on some hosts); the returned function waits for and returns it

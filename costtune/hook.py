@@ -47,6 +47,8 @@ from costtune.hook_kernel import (
     family_params,
     grid_programs,
 )
+from costtune.hook_preload import preload as start_preload
+from costtune.hook_preload import wait as wait_for_preload
 from costtune.kernels import FAMILIES
 
 __all__ = ["ConfigPruner", "CosttuneWarning", "PruneDecision", "autotune", "enable_harvest",
@@ -115,9 +117,7 @@ class ConfigPruner:
         start = time.perf_counter()
         notes: list[tuple[str, str]] = []
         try:
-            from costtune.hook_preload import wait
-
-            wait()  # a model still loading in the background: let it finish first
+            wait_for_preload()  # a model still loading in the background: let it finish first
             decision, order = self._prune(configs, named_args, kwargs, notes)
         except Exception as exc:  # never stop tuning: benchmark everything instead
             notes.append(("error", f"pruning failed ({type(exc).__name__}: {exc})"))
@@ -323,8 +323,6 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
                           shortlist=shortlist, stage2_model=stage2_model, widen=widen,
                           range_margin=range_margin, workers=workers, cache_dir=cache_dir)
     if preload:
-        from costtune.hook_preload import preload as start_preload
-
         start_preload(model, family, two_stage=two_stage, stage2_model=stage2_model)
     return {"early_config_prune": pruner}
 

@@ -32,12 +32,9 @@ def main() -> None:
     import torch
 
     from costtune.compile import precompile, shutdown_pool
-    from costtune.env import environment
+    from costtune.env import cpu_topology, environment
     from costtune.kernels import get_family
     from costtune.types import Status, Workload
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from dask_scaling import cpu_topology
 
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU (pool workers compile through Triton's CUDA driver)")

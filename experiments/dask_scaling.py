@@ -29,6 +29,7 @@ import pandas as pd
 import costtune
 from costtune.collect import suite_workloads
 from costtune.distributed import collect_dask
+from costtune.env import cpu_topology
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATASET = Path(__file__).resolve().parents[1] / "datasets" / "h200"
@@ -95,20 +96,6 @@ def fixed_compile_workers(args) -> int:
     """Compile processes per GPU worker in both runs: --compile-workers, else this host's
     usable cores / --gpus."""
     return args.compile_workers or max(1, len(os.sched_getaffinity(0)) // args.gpus)
-
-
-def cpu_topology() -> dict[str, int]:
-    """Usable logical CPUs and the distinct physical cores under them (Linux sysfs)."""
-    cpus = sorted(os.sched_getaffinity(0))
-    cores = set()
-    for cpu in cpus:
-        base = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
-        try:
-            cores.add((base / "physical_package_id").read_text().strip()
-                      + ":" + (base / "core_id").read_text().strip())
-        except OSError:
-            cores.add(str(cpu))
-    return {"logical": len(cpus), "physical": len(cores)}
 
 
 def wall_split(rows: pd.DataFrame) -> dict[str, float]:

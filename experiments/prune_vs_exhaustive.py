@@ -304,6 +304,15 @@ def retime_one(spec: dict[str, Any], *, reps: int, rounds: int) -> dict[str, Any
             "env": environment()}
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """Environment of a child run: this checkout importable, compiling for the GPU (never the
+    interpreter), plus ``extra``."""
+    env = {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("TRITON_INTERPRET", None)
+    return env
+
+
 def retime_specs(results: list[tuple[Run, dict]]) -> list[dict[str, Any]]:
     """One spec per shape that has an exhaustive run: every distinct config chosen there."""
     by_shape: dict[tuple, dict[str, Any]] = {}
@@ -336,9 +345,7 @@ def run_retimes(results: list[tuple[Run, dict]], args: argparse.Namespace, *,
         if time.perf_counter() + EST_RETIME_S > deadline:
             print(f"retime {spec['family']} {spec['problem']}: skipped, deadline")
             continue
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-            str(ROOT), os.environ.get("PYTHONPATH")]))}
-        env.pop("TRITON_INTERPRET", None)
+        env = child_env()
         cmd = [sys.executable, str(Path(__file__).resolve()), "--retime-one", json.dumps(spec),
                "--reps", str(args.reps), "--rounds", str(args.rounds)]
         try:
@@ -368,11 +375,7 @@ def load_retimes(path: Path) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------- driver (parent)
 def run_in_subprocess(run: Run, args: argparse.Namespace, *, timeout_s: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ct-prune-") as tmp:
-        env = {**os.environ, "TRITON_CACHE_DIR": f"{tmp}/triton",
-               "COSTTUNE_CACHE": f"{tmp}/features",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                           os.environ.get("PYTHONPATH")]))}
-        env.pop("TRITON_INTERPRET", None)
+        env = child_env(TRITON_CACHE_DIR=f"{tmp}/triton", COSTTUNE_CACHE=f"{tmp}/features")
         cmd = [sys.executable, str(Path(__file__).resolve()), "--run-one",
                json.dumps(asdict(run)), "--model", args.model, "--reps", str(args.reps)]
         if args.stage2_model:

@@ -20,6 +20,7 @@ from report_header import provenance
 
 import costtune
 from costtune.model import CostModel, evaluate
+from costtune.model.report import kernel_panels, save_panels, topk_panel
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KS = (1, 2, 4, 8, 16)
@@ -98,17 +99,11 @@ def summary(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot(records: pd.DataFrame, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     kernels = sorted(records["kernel"].unique())
-    fig, axes = plt.subplots(1, len(kernels), figsize=(4.6 * len(kernels), 3.8), sharey=True,
-                             squeeze=False)
+    fig, axes = kernel_panels(kernels)
     styles = {(MODEL, 1): ("black", "-"), (MODEL, 8): ("tab:red", "-"),
               (STATIC, 1): ("black", "--"), (STATIC, 8): ("tab:red", "--")}
-    for ax, kernel in zip(axes[0], kernels):
+    for ax, kernel in zip(axes, kernels):
         rows = records[records["kernel"] == kernel]
         for (name, k), (color, line) in styles.items():
             g = rows[rows["name"] == name].groupby("n_shapes")[f"top{k}"]
@@ -120,17 +115,9 @@ def plot(records: pd.DataFrame, path: Path) -> None:
             rnd = rows[rows["name"] == "random"][f"top{k}"].median()
             ax.axhline(rnd, color=color, linestyle=":", linewidth=1,
                        label=f"random top{k} (expected)")
-        ax.set_xscale("log", base=2)
-        ax.set_title(kernel)
-        ax.set_xlabel("training shapes of this family")
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("top-k score on the test suite")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        topk_panel(ax, kernel, "training shapes of this family")
+    axes[0].set_ylabel("top-k score on the test suite")
+    save_panels(fig, path, *axes[0].get_legend_handles_labels(), ncol=3, bottom=0.14)
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from report_header import provenance
 
 import costtune
 from costtune.model import CostModel, evaluate
+from costtune.model.report import kernel_panels, save_panels, topk_panel
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KS = (1, 2, 4, 8, 16)
@@ -64,16 +65,10 @@ def findings(table: pd.DataFrame) -> list[str]:
 
 
 def plot(table: pd.DataFrame, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     kernels = sorted(table["kernel"].unique())
-    fig, axes = plt.subplots(1, len(kernels), figsize=(4.6 * len(kernels), 3.8), sharey=True,
-                             squeeze=False)
+    fig, axes = kernel_panels(kernels)
     colors = {"split": "black", "kfold": "tab:blue", "lofo": "tab:red"}
-    for ax, kernel in zip(axes[0], kernels):
+    for ax, kernel in zip(axes, kernels):
         rows = table[table["kernel"] == kernel]
         for protocol, color in colors.items():
             r = rows[(rows["protocol"] == protocol) & (rows["name"] == MODEL)]
@@ -85,17 +80,9 @@ def plot(table: pd.DataFrame, path: Path) -> None:
             if len(r):
                 ax.plot(KS, [r[f"top{k}"].iloc[0] for k in KS], color="gray", linestyle=style,
                         label=f"{name} (all workloads)")
-        ax.set_xscale("log", base=2)
-        ax.set_title(kernel)
-        ax.set_xlabel("k (configs measured)")
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("top-k score")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        topk_panel(ax, kernel, "k (configs measured)")
+    axes[0].set_ylabel("top-k score")
+    save_panels(fig, path, *axes[0].get_legend_handles_labels(), ncol=3, bottom=0.12)
 
 
 def main() -> None:

@@ -28,36 +28,58 @@ def plot_topk(result: Board, path: str | os.PathLike) -> Path:
     >>> plot_topk(board, os.path.join(tempfile.mkdtemp(), "topk.png")).exists()
     True
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
+    kernels = sorted(result)
+    fig, axes = kernel_panels(kernels)
     import matplotlib.pyplot as plt
 
-    kernels = sorted(result)
     names = list(dict.fromkeys(n for k in kernels for n in result[k]))
     # One colour per name across panels (the default cycle restarts per panel).
     palette = plt.get_cmap("tab10").colors
     colors = {n: "black" if n == "costtune" else palette[i % len(palette)]
               for i, n in enumerate(n for n in names if n != "costtune")}
     colors["costtune"] = "black"
-    fig, axes = plt.subplots(1, max(1, len(kernels)), figsize=(4.6 * max(1, len(kernels)), 3.8),
-                             squeeze=False, sharey=True)
     handles = {}
-    for ax, kernel in zip(axes[0], kernels, strict=False):
+    for ax, kernel in zip(axes, kernels, strict=False):
         for name, metrics in result[kernel].items():
             ks = _ks(metrics)
             (line,) = ax.plot(ks, [metrics[f"top{k}"] for k in ks], marker="o", label=name,
                               color=colors[name], linewidth=2.6 if name == "costtune" else 1.4)
             handles.setdefault(name, line)
-        ax.set_xscale("log", base=2)
-        ax.set_title(kernel)
-        ax.set_xlabel("k (configs measured)")
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("top-k score  (sum L* / sum L(k))")
-    fig.legend([handles[n] for n in names], names, loc="lower center",
-               ncol=min(4, max(1, len(names))), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(names) // 5), 1, 1))
+        topk_panel(ax, kernel, "k (configs measured)")
+    axes[0].set_ylabel("top-k score  (sum L* / sum L(k))")
+    return save_panels(fig, path, [handles[n] for n in names], names,
+                       ncol=min(4, max(1, len(names))), bottom=0.08 + 0.04 * (len(names) // 5))
+
+
+def kernel_panels(kernels: list[str]) -> tuple[Any, Any]:
+    """A figure with one panel per kernel in a row, sharing the y axis (matplotlib's file
+    backend): (figure, panels)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(1, len(kernels))
+    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.8), squeeze=False, sharey=True)
+    return fig, axes[0]
+
+
+def topk_panel(ax: Any, title: str, xlabel: str) -> None:
+    """A top-k score panel: log2 x axis, scores from 0 to 1, a light grid."""
+    ax.set_xscale("log", base=2)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+
+
+def save_panels(fig: Any, path: str | os.PathLike, handles: list, labels: list[str], *,
+                ncol: int, bottom: float) -> Path:
+    """One legend under the panels, then the PNG at ``path`` (its folder made)."""
+    import matplotlib.pyplot as plt
+
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -6,10 +6,7 @@
 # (The first call of 2026-11-29's third session also ran experiments/compile_scaling.py.)
 set -u
 CW=${1:-8}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-LOG=$OUT/call.log
+source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
 date -u >>"$LOG"
 timeout 90 python3 experiments/device/check_multi_gpu_meta.py /tmp/mgpu_store >>"$LOG" 2>&1
 for cache in warm cold; do

@@ -5,10 +5,7 @@
 # re-timing of any shape whose chosen configs changed.
 #   run(command="COSTTUNE_COMMIT=<hash> bash experiments/device/call_final_h200.sh", carry=[".whl"])
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-LOG=$OUT/call.log
+source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
 mkdir -p "$OUT/prune"
 cp experiments/results/prune_vs_exhaustive.jsonl experiments/results/prune_vs_exhaustive_retime.jsonl "$OUT/prune/"
 date -u >>"$LOG"

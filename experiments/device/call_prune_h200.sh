@@ -7,10 +7,7 @@
 # Resumes from experiments/results/prune_vs_exhaustive_base.jsonl (the exhaustive and tutorial
 # runs of the earlier calls; plain triton.autotune does not depend on costtune's code).
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-LOG=$OUT/call.log
+source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
 mkdir -p "$OUT/prune"
 cp experiments/results/prune_vs_exhaustive_base.jsonl "$OUT/prune/prune_vs_exhaustive.jsonl"
 { date -u; nproc; } >>"$LOG"
