@@ -14,11 +14,10 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from costtune.types import Config, Status, Workload
@@ -174,43 +173,75 @@ def shutdown_pool(*, wait: bool = False) -> None:
         _POOL = None
 
 
+def _result(fut: Future, deadline: float) -> Any:
+    """A job's result, or the exception it raised (``TimeoutError`` once past ``deadline``;
+    a timeout or a dead worker shuts the pool down: a stuck or broken pool can't be reused)."""
+    try:
+        return fut.result(timeout=max(0.0, deadline - time.monotonic()))
+    except CancelledError:  # cancelled by the shutdown after another job's timeout
+        return FutureTimeout()
+    except Exception as exc:  # a timeout, or a worker died (e.g. a compiler segfault)
+        if isinstance(exc, FutureTimeout | BrokenProcessPool):
+            shutdown_pool()
+        return exc
+
+
 def run_in_pool(jobs: Sequence[Callable[[], Any]], *, workers: int | None,
                 timeout_s: float) -> list[Any]:
     """Run picklable zero-argument ``jobs`` (e.g. ``functools.partial``) in the long-lived
     pool: per job its result, or the exception it raised (``TimeoutError`` once ``timeout_s``
-    has passed). A timeout or a dead worker shuts the pool down: a stuck or broken pool can't
-    be reused."""
+    has passed since submission)."""
     pool = _pool(workers or os.cpu_count() or 1)
     futures = [pool.submit(job) for job in jobs]
     deadline = time.monotonic() + timeout_s
-    out: list[Any] = []
-    for fut in futures:
-        try:
-            out.append(fut.result(timeout=max(0.0, deadline - time.monotonic())))
-        except Exception as exc:  # a timeout, or a worker died (e.g. a compiler segfault)
-            out.append(exc)
-    if any(isinstance(r, FutureTimeout | BrokenProcessPool) for r in out):
-        shutdown_pool()
-    return out
+    return [_result(fut, deadline) for fut in futures]
+
+
+class PendingCompiles:
+    """Compiles of one workload running in the pool; ``get(config)`` waits for one of them,
+    so a caller can time the configs already compiled while the rest still compile."""
+
+    def __init__(self, futures: dict[str, Future | CompileResult], timeout_s: float) -> None:
+        self._futures = futures
+        self._timeout_s = timeout_s
+        self._deadline = time.monotonic() + timeout_s
+
+    def get(self, config: Config) -> CompileResult:
+        item = self._futures[config.key]
+        if isinstance(item, CompileResult):
+            return item
+        res = _result(item, self._deadline)
+        if isinstance(res, FutureTimeout):
+            res = CompileResult(Status.TIMEOUT, self._timeout_s,
+                                f"compile exceeded {self._timeout_s:.0f}s")
+        elif isinstance(res, Exception):  # a worker died (e.g. segfault in the compiler)
+            res = CompileResult(Status.COMPILE_ERROR, float("nan"), error_text(res))
+        self._futures[config.key] = res
+        return res
+
+
+def submit_compiles(workload: Workload, configs: list[Config], inputs: dict[str, Any], *,
+                    workers: int | None = None, timeout_s: float = 300.0) -> PendingCompiles:
+    """Start compiling every config of ``workload`` on ``workers`` processes (default: all
+    cores), in the order given; returns at once. ``workers=0`` compiles here, before returning
+    (no pool), which is what a CPU test can afford. A compile still running ``timeout_s`` after
+    submission is a TIMEOUT."""
+    specs = tensor_specs(inputs)
+    if workers == 0:
+        return PendingCompiles({c.key: compile_config(workload.kernel, specs, c.as_dict())
+                                for c in configs}, timeout_s)
+    pool = _pool(workers or os.cpu_count() or 1)
+    return PendingCompiles({c.key: pool.submit(compile_config, workload.kernel, specs,
+                                               c.as_dict()) for c in configs}, timeout_s)
 
 
 def precompile(workload: Workload, configs: list[Config], inputs: dict[str, Any], *,
                workers: int | None = None, timeout_s: float = 300.0) -> dict[str, CompileResult]:
-    """Compile every config of ``workload`` on ``workers`` processes (default: all cores).
+    """Compile every config of ``workload`` on ``workers`` processes (default: all cores) and
+    wait for all of them.
 
     Returns ``{config.key: CompileResult}``; a compile outliving ``timeout_s`` is a TIMEOUT row.
     ``workers=0`` compiles in this process (no pool), which is what a CPU test can afford.
     """
-    specs = tensor_specs(inputs)
-    if workers == 0:
-        return {c.key: compile_config(workload.kernel, specs, c.as_dict()) for c in configs}
-    results = run_in_pool([partial(compile_config, workload.kernel, specs, c.as_dict())
-                            for c in configs], workers=workers, timeout_s=timeout_s)
-    out: dict[str, CompileResult] = {}
-    for c, res in zip(configs, results, strict=True):
-        if isinstance(res, FutureTimeout):
-            res = CompileResult(Status.TIMEOUT, timeout_s, f"compile exceeded {timeout_s:.0f}s")
-        elif isinstance(res, Exception):  # a worker died (e.g. segfault in the compiler)
-            res = CompileResult(Status.COMPILE_ERROR, float("nan"), error_text(res))
-        out[c.key] = res
-    return out
+    pending = submit_compiles(workload, configs, inputs, workers=workers, timeout_s=timeout_s)
+    return {c.key: pending.get(c) for c in configs}

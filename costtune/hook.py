@@ -332,13 +332,18 @@ _PRUNE_OPTIONS = frozenset(inspect.signature(prune_configs_by).parameters)
 
 def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float = 8,
              model: Any = "h200", family: str | None = None, problem: ProblemSpec = None,
-             precompile: bool | int = True, **options: Any) -> Callable[[Any], Any]:
+             precompile: bool | int = True, bench: str = "graph",
+             **options: Any) -> Callable[[Any], Any]:
     """``triton.autotune`` that benchmarks only the ``top_k`` configs the cost model ranks
     best and, on a GPU, first compiles them in parallel threads (``hook_precompile``; skipped
     under the interpreter). ``precompile``: True (one thread per usable core, at most one
     per config), an int (that many threads) or False (Triton compiles them one by one while
-    it benchmarks). ``options``: any ``prune_configs_by`` option (``params``, ``two_stage``,
-    ...) or ``triton.autotune`` argument (``do_bench``, ...).
+    it benchmarks). ``bench``: "graph" times each kept config as the dataset was timed (CUDA
+    graph of launches after L2 flushes, ``hook_bench.graph_bench``), "triton" leaves Triton's
+    ``do_bench``; ``do_bench`` (or Triton's ``warmup``/``rep``/``use_cuda_graph``) passed in
+    options wins over both. ``options``: any
+    ``prune_configs_by`` option (``params``, ``two_stage``, ...) or ``triton.autotune``
+    argument (``do_bench``, ...).
 
     >>> import triton, costtune
     >>> @costtune.autotune(configs=[triton.Config({"BLOCK_N": 1024})], key=["rows", "cols"],
@@ -361,6 +366,13 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
     if not isinstance(precompile, bool) and (not isinstance(precompile, int) or precompile < 1):
         raise ValueError(f"precompile must be True, False or a thread count >= 1, "
                          f"got {precompile!r}")
+    from costtune.hook_bench import BENCH_CHOICES, graph_bench
+
+    if bench not in BENCH_CHOICES:
+        raise ValueError(f"unknown bench {bench!r}; use one of {list(BENCH_CHOICES)}")
+    tritons_timing = ("do_bench", "warmup", "rep", "use_cuda_graph")
+    if bench == "graph" and not any(triton_kw.get(k) for k in tritons_timing):
+        triton_kw["do_bench"] = graph_bench  # Triton's own timing when the user set it up
 
     def decorator(fn: Any) -> Any:
         # One pruner per kernel: its warnings and caches belong to that kernel.

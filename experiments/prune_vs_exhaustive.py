@@ -6,7 +6,9 @@ compiled-feature cache in new temp dirs), so each run pays every compile it caus
 
 - ``exhaustive``: plain ``triton.autotune`` over the family's whole space for the shape;
 - ``tutorial`` (GEMM): the 8 fp16 configs of Triton's matmul tutorial;
-- ``costtune``: ``costtune.autotune`` at k = 1, 4, 8 over the whole space (static features);
+- ``costtune``: ``costtune.autotune`` at k = 1, 4, 8 (and 16 when asked) over the whole space
+  (static features), timing the kept configs as it does by default (``bench="graph"``: CUDA
+  graph of launches after L2 flushes; exhaustive and tutorial keep Triton's ``do_bench``);
 - ``costtune2``: the same with ``two_stage=True`` (needs a model with compiled features).
 
 Per run: the cold wall time of the first tuned call (pruning, compiles, benchmarks, first run),
@@ -55,16 +57,18 @@ SHAPES = {
 }
 # Rough seconds for planning: DESIGN.md's cold autotune of 328 GEMM configs took 178 s (~0.4 s
 # compile + ~0.13 s do_bench each); attention compiles took ~1-4 s per config in the dataset.
-EST_START_S = 12.0  # interpreter, torch + CUDA init, inputs, reference, final timings
+EST_START_S = 7.0  # process start to finish less the tuning (costtune runs took 7.5-11.5 s)
 EST_PRUNE_S = 2.0  # first pruning call: imports xgboost (and scikit-learn), loads the model
 EST_THREAD_SLOWDOWN = 1.5  # threaded compiles share the GIL for Triton's Python frontend
 EST_RETIME_S = 15.0  # one shape's same-process re-timing (process start, inputs, timings)
 EST_COMPILE_S = {"gemm": 0.45, "softmax": 0.3, "attention": 1.5}
-EST_BENCH_S = 0.13
+EST_BENCH_S = 0.13  # Triton's do_bench per config
+EST_GRAPH_BENCH_S = 0.02  # costtune's graph_bench per config
 # Priority, for every family before the next method: the exhaustive reference, costtune's
 # default k=8 (static, then two-stage), then the variants.
 METHODS = [("exhaustive", None), ("costtune", 8), ("costtune2", 8), ("costtune", 1),
-           ("tutorial", None), ("costtune", 4), ("costtune2", 1), ("costtune2", 4)]
+           ("tutorial", None), ("costtune", 4), ("costtune2", 1), ("costtune2", 4),
+           ("costtune", 16)]
 
 
 @dataclass
@@ -112,7 +116,7 @@ def estimate(run: Run, cores: int) -> float:
         return EST_START_S + n * (compile_s + EST_BENCH_S)
     # Survivors compile in threads (costtune.hook_precompile), stage 2's shortlist too.
     k = min(run.k, run.n_space)
-    est = EST_START_S + EST_PRUNE_S + k * EST_BENCH_S
+    est = EST_START_S + EST_PRUNE_S + k * EST_GRAPH_BENCH_S
     est += math.ceil(k / cores) * compile_s * EST_THREAD_SLOWDOWN
     if run.method == "costtune2":
         est += math.ceil(min(32, run.n_space) / cores) * compile_s * EST_THREAD_SLOWDOWN
@@ -221,6 +225,7 @@ def run_one(run: Run, *, model: str, stage2_model: str | None, reps: int) -> dic
     from triton.runtime import driver
 
     from costtune.env import environment
+    from costtune.hook_bench import graph_bench
     from costtune.kernels import relative_error
     from costtune.measure.gpu import make_flush_buffer, time_graph
     from costtune.types import Config
@@ -229,9 +234,13 @@ def run_one(run: Run, *, model: str, stage2_model: str | None, reps: int) -> dic
     configs = method_configs(fam, run)
     benched = []
 
+    # costtune times its survivors its own way (the default bench="graph"); plain
+    # triton.autotune with Triton's do_bench, as users run it today. Both counted.
+    bench = graph_bench if run.method.startswith("costtune") else None
+
     def do_bench(fn, quantiles):
         benched.append(1)
-        return driver.active.get_benchmarker()(fn, quantiles=quantiles)
+        return (bench or driver.active.get_benchmarker())(fn, quantiles=quantiles)
 
     # As a program does: kernels decorated first (costtune starts loading its model then),
     # inputs built after, then the first call tunes.
@@ -257,6 +266,7 @@ def run_one(run: Run, *, model: str, stage2_model: str | None, reps: int) -> dic
     last = getattr(getattr(tuner, "early_config_prune", None), "last", None)
     return {
         "tune_s": tune_s, "n_benchmarked": len(benched), "n_configs": len(configs),
+        "bench": "graph" if bench else "triton",
         "chosen": chosen.key, "rel_err": err, "correct": err <= fam.TOLERANCE[run.dtype],
         "kernel_ms": float(np.median(kernel)), "kernel_p20_ms": float(np.percentile(kernel, 20)),
         "kernel_p80_ms": float(np.percentile(kernel, 80)), "timing": timing,

@@ -8,7 +8,15 @@ import pytest
 import torch
 
 import costtune.collect as collect_mod
-from costtune.compile import classify_error, precompile, rebuild_inputs, tensor_specs
+import costtune.compile as compile_mod
+from costtune.compile import (
+    PendingCompiles,
+    classify_error,
+    precompile,
+    rebuild_inputs,
+    run_in_pool,
+    tensor_specs,
+)
 from costtune.store import Store
 from costtune.types import Config, Measurement, Status, Workload
 
@@ -40,6 +48,42 @@ def test_precompile_turns_a_bad_config_into_a_row():
     out = precompile(w, [bad], inputs, workers=0)
     assert out[bad.key].status is Status.COMPILE_ERROR
     assert "BLOCK_M" in out[bad.key].error
+
+
+def test_pool_compiles_stream_and_failures_become_rows():
+    """The runner times a config once its compile is done: a compile past its deadline is a
+    TIMEOUT row (and queued ones with it), a dead pool worker a COMPILE_ERROR row; the pool
+    is then replaced, not reused."""
+    import os
+    import time
+    from functools import partial
+
+    try:
+        assert run_in_pool([partial(abs, -3)], workers=1, timeout_s=120) == [3]  # pool up
+        pool = compile_mod._POOL
+        ok = Config({"BLOCK_M": 32})
+        done = PendingCompiles({ok.key: pool.submit(partial(
+            compile_mod.CompileResult, Status.OK, 0.5))}, timeout_s=120)
+        assert done.get(ok) == compile_mod.CompileResult(Status.OK, 0.5)
+        assert done.get(ok).status is Status.OK  # a second get answers from memory
+
+        slow, queued = Config({"BLOCK_M": 64}), Config({"BLOCK_M": 128})
+        stuck = PendingCompiles({slow.key: pool.submit(time.sleep, 30),
+                                 queued.key: pool.submit(time.sleep, 30)}, timeout_s=0.5)
+        start = time.monotonic()
+        assert stuck.get(slow).status is Status.TIMEOUT
+        assert stuck.get(queued).status is Status.TIMEOUT
+        assert "exceeded" in stuck.get(queued).error and time.monotonic() - start < 10
+        assert compile_mod._POOL is None  # shut down after the timeout
+
+        assert run_in_pool([partial(abs, -1)], workers=1, timeout_s=120) == [1]  # a fresh one
+        dead = Config({"BLOCK_M": 256})
+        crash = PendingCompiles({dead.key: compile_mod._POOL.submit(os._exit, 3)},
+                                timeout_s=120)
+        assert crash.get(dead).status is Status.COMPILE_ERROR
+        assert compile_mod._POOL is None
+    finally:
+        compile_mod.shutdown_pool()
 
 
 def test_suite_workloads_default_dtypes_and_errors(tmp_path):

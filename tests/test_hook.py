@@ -436,6 +436,59 @@ def test_options_are_checked():
         costtune.prune_configs_by(top_k=-1)
 
 
+def test_bench_choice_sets_tritons_do_bench(model):
+    from costtune.hook_bench import graph_bench
+
+    def kernel_of(**options):
+        return costtune.autotune(SMALL, ["M", "N", "K"], model=model, **options)(
+            gemm._gemm_kernel)
+
+    assert kernel_of()._do_bench is graph_bench  # the dataset's timing by default
+    assert kernel_of(bench="triton")._do_bench is None  # Triton's own benchmarker
+    mine = Bench()
+    assert kernel_of(do_bench=mine)._do_bench is mine
+    assert kernel_of(bench="graph", do_bench=mine)._do_bench is mine
+    with pytest.warns(DeprecationWarning):  # Triton's old timing arguments: Triton's timing
+        assert kernel_of(warmup=5, rep=20)._do_bench is not graph_bench
+    with pytest.raises(ValueError, match="unknown bench 'fast'"):
+        kernel_of(bench="fast")
+
+
+def test_graph_bench_summaries_and_cpu_fallback(monkeypatch):
+    import triton.runtime
+
+    from costtune.hook_bench import graph_bench, summarize
+
+    assert summarize([5.0, 1.0, 3.0, 2.0, 4.0], (0.5, 0.2, 0.8)) == pytest.approx([3, 1.8, 4.2])
+    assert summarize([2.0, 1.0, 9.0], None) == 2.0
+    with pytest.raises(ValueError, match="no times"):
+        summarize([], None)
+    seen = []
+
+    class Driver:  # Triton's interpreter on CPU: its own benchmarker answers
+        def get_benchmarker(self):
+            return lambda fn, quantiles=None: seen.append((fn(), quantiles)) or [1.0, 0.5, 2.0]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(triton.runtime.driver, "_active", Driver())
+    assert graph_bench(lambda: "ran", quantiles=(0.5, 0.2, 0.8)) == [1.0, 0.5, 2.0]
+    assert seen == [("ran", (0.5, 0.2, 0.8))]
+
+
+@pytest.mark.gpu
+def test_graph_bench_agrees_with_triton_on_gpu():
+    """The dataset's timing and Triton's do_bench time one GEMM alike (within 2x: Triton's
+    includes launch overhead, ours not), and the quantiles come in order."""
+    from costtune.hook_bench import graph_bench
+
+    x = gemm.make_inputs({"M": 2048, "N": 2048, "K": 2048}, "float16", device="cuda")
+    fn = lambda: x["a"] @ x["b"]  # noqa: E731
+    med, p20, p80 = graph_bench(fn, quantiles=(0.5, 0.2, 0.8))
+    theirs = triton.testing.do_bench(fn, quantiles=(0.5,))
+    theirs = theirs[0] if isinstance(theirs, list) else theirs
+    assert 0 < p20 <= med <= p80 and 0.5 < theirs / med < 2.0
+
+
 @pytest.mark.gpu
 def test_two_stage_and_precompile_on_gpu(train_rows, tmp_path):
     """On the GPU: real AOT compiled features of the shortlist and the parallel precompile of

@@ -1,18 +1,25 @@
 #!/bin/bash
-# Device call on nvidia-h200-x2 (#9): the multi-GPU collector's per-part GPU metadata, then
-# the Dask 1-vs-2-GPU experiment with a warm shared Triton cache and with cold caches.
-#   run(command="COSTTUNE_COMMIT=<hash> bash experiments/device/call_dask_x2.sh 8", carry=[".whl"])
-# $1: compile processes per GPU worker (fixed in both runs). Everything lands in $OUT.
-# (The first call of 2026-11-29's third session also ran experiments/compile_scaling.py.)
+# Device call on nvidia-h200-x2 (#9): the runner's GPU tests, then the Dask 1-vs-2-GPU
+# experiment once per listed Triton-cache mode (a mode listed twice runs twice: the spread of
+# the speed-up between repeats).
+#   run(command="COSTTUNE_COMMIT=<hash> bash experiments/device/call_dask_x2.sh 8 cold cold",
+#       carry=[".whl"])
+# $1: compile processes per GPU worker (fixed in both runs); then cache modes (default: warm
+# cold). Everything lands in $OUT. (Earlier calls also ran experiments/compile_scaling.py and
+# experiments/device/check_multi_gpu_meta.py.)
 set -u
 CW=${1:-8}
+shift || true
+MODES=${*:-warm cold}
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
 date -u >>"$LOG"
-timeout 90 python3 experiments/device/check_multi_gpu_meta.py /tmp/mgpu_store >>"$LOG" 2>&1
-for cache in warm cold; do
-  timeout $([ $cache = warm ] && echo 240 || echo 330) python3 experiments/dask_scaling.py \
-    --gpus 2 --cpu-per-gpu fixed --compile-workers "$CW" --triton-cache $cache \
-    --out "$OUT/dask" >>"$LOG" 2>&1
+timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider >>"$LOG" 2>&1
+i=0
+for cache in $MODES; do
+  i=$((i + 1))
+  timeout $([ "$cache" = warm ] && echo 240 || echo 330) python3 experiments/dask_scaling.py \
+    --gpus 2 --cpu-per-gpu fixed --compile-workers "$CW" --triton-cache "$cache" \
+    --out "$OUT/dask/run$i" >>"$LOG" 2>&1
   date -u >>"$LOG"
 done
 tail -5 "$LOG"

@@ -1,23 +1,25 @@
 #!/bin/bash
-# Device call on nvidia-h200 (#6): GPU tests of the hook, costtune's pruned tuning at k=1,4,8
-# on the six prune_vs_exhaustive shapes with the current hook (threaded precompile), the
-# exhaustive run of the 316-config GEMM shape, same-process re-timing of each shape's chosen
-# configs, and the hook-overhead benchmark on this host's CPU.
+# Device call on nvidia-h200 (#6): GPU tests of the hook and the runner, costtune's pruned
+# tuning at k=1,4,8,16 on the six prune_vs_exhaustive shapes with the current hook (model
+# preload, threaded precompile, graph_bench timing of the survivors), two-stage k=8,
+# same-process re-timing of each shape's chosen configs, and the hook-overhead benchmark.
 #   run(command="COSTTUNE_COMMIT=<hash> bash experiments/device/call_prune_h200.sh", carry=[".whl"])
-# Resumes from experiments/results/prune_vs_exhaustive_base.jsonl (the exhaustive and tutorial
-# runs of the earlier calls; plain triton.autotune does not depend on costtune's code).
+# Resumes from experiments/results/prune_vs_exhaustive_base.jsonl: the exhaustive and tutorial
+# runs of earlier calls (plain triton.autotune does not depend on costtune's code).
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
 mkdir -p "$OUT/prune"
 cp experiments/results/prune_vs_exhaustive_base.jsonl "$OUT/prune/prune_vs_exhaustive.jsonl"
 { date -u; nproc; } >>"$LOG"
-timeout 90 python3 -m pytest -q -m gpu tests/test_hook.py -p no:cacheprovider >>"$LOG" 2>&1
-timeout 420 python3 experiments/prune_vs_exhaustive.py --resume --no-retime \
-  --out-dir "$OUT/prune" --methods exhaustive,costtune --ks 1,4,8 --budget-s 600 \
-  --deadline-s 390 >>"$LOG" 2>&1
+timeout 150 python3 -m pytest -q -m gpu tests/test_hook.py tests/test_gpu.py \
+  -p no:cacheprovider >>"$LOG" 2>&1
+timeout 330 python3 experiments/prune_vs_exhaustive.py --resume --no-retime \
+  --out-dir "$OUT/prune" --methods costtune --ks 1,4,8,16 --budget-s 600 \
+  --deadline-s 320 >>"$LOG" 2>&1
+timeout 60 python3 experiments/prune_vs_exhaustive.py --resume --no-retime \
+  --out-dir "$OUT/prune" --methods costtune2 --ks 8 --budget-s 100 \
+  --deadline-s 55 >>"$LOG" 2>&1
 timeout 100 python3 experiments/prune_vs_exhaustive.py --retime-only --deadline-s 90 \
   --out-dir "$OUT/prune" >>"$LOG" 2>&1
-timeout 60 python3 experiments/bench_hook_overhead.py --out "$OUT/hook_overhead_h200.md" \
-  >>"$LOG" 2>&1
 date -u >>"$LOG"
 tail -3 "$LOG"
