@@ -37,8 +37,11 @@ CITED_RETIME_P90 = 0.017  # DATASHEET.md, "Noise": second pass vs first, p90
 GOAL = 1.8
 
 
-def run(workloads, n_gpus: int, args, work: Path) -> tuple[pd.DataFrame, dict, dict]:
-    store = costtune.Store(work / f"store_{n_gpus}gpu")
+def run(workloads, n_gpus: int, args, work: Path, *, tag: str = "",
+        cache_of: str | None = None) -> tuple[pd.DataFrame, dict, dict]:
+    """One collection on ``n_gpus``; ``tag`` names a repeat's store, ``cache_of`` the earlier
+    run whose Triton cache it loads its kernels from (its timings do not depend on that)."""
+    store = costtune.Store(work / f"store_{n_gpus}gpu{tag}")
     kw = {"gpus": list(range(n_gpus)), "max_configs": args.max_configs, "seed": args.seed,
           "reps": args.reps, "meta": {"experiment": "dask_scaling", "n_gpus": n_gpus,
                                        "cpu_per_gpu": args.cpu_per_gpu}}
@@ -51,7 +54,8 @@ def run(workloads, n_gpus: int, args, work: Path) -> tuple[pd.DataFrame, dict, d
     elif args.triton_cache == "warm":  # both runs load every kernel from one filled cache
         kw.update(worker_env={"TRITON_CACHE_DIR": str(work / "triton_shared")})
     else:  # a cold cache per run: both runs pay the same compiles
-        kw.update(worker_env={"TRITON_CACHE_DIR": str(work / f"triton_{n_gpus}gpu")})
+        cache = cache_of or f"{n_gpus}gpu{tag}"
+        kw.update(worker_env={"TRITON_CACHE_DIR": str(work / f"triton_{cache}")})
     summary = collect_dask(workloads, store, **kw)
     metas = [store.part_meta(p) for p in store.parts()]
     device = {m["workload"]: m.get("cuda_visible_devices") for m in metas}
@@ -146,7 +150,7 @@ def dataset_retime_p90() -> float | None:
 
 
 def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90,
-           warm_s: float = float("nan")) -> str:
+           warm_s: float = float("nan"), between: dict | None = None) -> str:
     (rows1, s1, meta1), (rows_n, sn, meta_n) = runs
     split1, split_n = wall_split(rows1), wall_split(rows_n)
     topo = cpu_topology()
@@ -154,6 +158,8 @@ def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90,
     speedup = t1 / tn if tn else float("nan")
     noise = retime_p90 if retime_p90 is not None else CITED_RETIME_P90
     within = stats["p90_abs_dev_rel"] <= noise
+    if between is not None:  # two 1-GPU runs measured the noise between runs directly
+        within_runs = stats["p90_abs_dev_rel"] <= between["p90_abs_dev_rel"]
     lines = []
     if args.dry_run:
         lines += ["# PLUMBING CHECK (dry run) - not a measurement", "",
@@ -216,6 +222,17 @@ def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90,
         f"{stats['p90_abs_dev_rel']:.2%}. Noise: the dataset's second-pass p90 spread "
         f"{noise:.2%} (computed here; DATASHEET.md cites {CITED_RETIME_P90:.1%}) -> "
         f"{'within' if within else 'OUTSIDE'} the measured noise.",
+        *([] if between is None else [
+            "",
+            f"Between-run noise: a second 1-GPU run of the same workloads after the "
+            f"{args.gpus}-GPU one (its kernels loaded from the first 1-GPU run's Triton cache; "
+            "loading does not touch the timings) against the first: |t_1b/t_1a - 1| median "
+            f"{between['p50_abs_dev']:.2%}, p90 {between['p90_abs_dev']:.2%}; over each run's "
+            f"reference op: median {between['p50_abs_dev_rel']:.2%}, p90 "
+            f"{between['p90_abs_dev_rel']:.2%} ({between['status_mismatch']} status "
+            f"mismatches). The {args.gpus}-GPU rows against the first 1-GPU run (p90 "
+            f"{stats['p90_abs_dev_rel']:.2%} over the reference op) are "
+            f"**{'within' if within_runs else 'OUTSIDE'}** the noise between two 1-GPU runs."]),
         f"Median raw ratio by GPU of the {args.gpus}-GPU run: "
         + ", ".join(f"GPU {k}: {v:.4f}" for k, v in stats["median_ratio_by_gpu"].items()),
         f"Best config: the same in {int(per['same_best'].sum())}/{len(per)} workloads; the "
@@ -246,6 +263,8 @@ def main() -> None:
     ap.add_argument("--triton-cache", choices=("cold", "warm"), default="cold",
                     help="cold: a fresh Triton cache per run; warm: one cache filled before "
                     "both runs (GPU-bound collection: what scales with GPUs alone)")
+    ap.add_argument("--noise-run", action="store_true",
+                    help="then a second 1-GPU run: the noise between two runs, measured")
     ap.add_argument("--dry-run", action="store_true", help="replay + sleep on CPU (plumbing)")
     ap.add_argument("--dry-sleep", type=float, default=1.0, help="seconds per replayed task")
     args = ap.parse_args()
@@ -270,9 +289,15 @@ def main() -> None:
             t = time.perf_counter()
             runs.append(run(workloads, n, args, Path(tmp)))
             print(f"{n} GPU(s): {time.perf_counter() - t:.1f} s, {runs[-1][1]}", flush=True)
+        between = None
+        if args.noise_run:
+            t = time.perf_counter()
+            again = run(workloads, 1, args, Path(tmp), tag="_b", cache_of="1gpu")
+            print(f"1 GPU again: {time.perf_counter() - t:.1f} s, {again[1]}", flush=True)
+            between = agreement(runs[0][0], again[0])[1]
     (one, _, _), (many, _, _) = runs
     per, stats = agreement(one, many)
-    text = report(args, workloads, runs, per, stats, dataset_retime_p90(), warm_s)
+    text = report(args, workloads, runs, per, stats, dataset_retime_p90(), warm_s, between)
     out.mkdir(parents=True, exist_ok=True)
     name = "dask_scaling_dryrun" if args.dry_run else "dask_scaling"
     if args.cpu_per_gpu == "shared":
@@ -282,6 +307,10 @@ def main() -> None:
     if args.triton_cache == "warm":
         name += "_warm"
     (out / f"{name}.md").write_text(text)
+    for (rows, _, _), label in zip(runs, ("1gpu", f"{args.gpus}gpu"), strict=True):
+        rows.to_parquet(out / f"{name}_rows_{label}.parquet", index=False)
+    if args.noise_run:
+        again[0].to_parquet(out / f"{name}_rows_1gpu_b.parquet", index=False)
     meta = runs[1][2]
     per.assign(dry_run=args.dry_run, n_gpus=args.gpus, gpu=meta.get("gpu"),
                costtune_commit=meta.get("costtune_commit"), date=meta.get("date")

@@ -5,7 +5,8 @@
 #   run(command="COSTTUNE_COMMIT=<hash> bash experiments/device/call_dask_x2.sh 8 cold cold",
 #       carry=[".whl"])
 # $1: compile processes per GPU worker (fixed in both runs); then cache modes (default: warm
-# cold). Everything lands in $OUT. (Earlier calls also ran experiments/compile_scaling.py and
+# cold); DASK_FLAGS adds flags to every dask_scaling.py run (e.g. --noise-run) and
+# SKIP_TESTS=1 skips the tests. Everything lands in $OUT. (Earlier calls also ran experiments/compile_scaling.py and
 # experiments/device/check_multi_gpu_meta.py.)
 set -u
 CW=${1:-8}
@@ -13,12 +14,13 @@ shift || true
 MODES=${*:-warm cold}
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
 date -u >>"$LOG"
-timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider >>"$LOG" 2>&1
+[ "${SKIP_TESTS:-0}" = 1 ] || timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py \
+  -p no:cacheprovider >>"$LOG" 2>&1
 i=0
 for cache in $MODES; do
   i=$((i + 1))
-  timeout $([ "$cache" = warm ] && echo 240 || echo 330) python3 experiments/dask_scaling.py \
-    --gpus 2 --cpu-per-gpu fixed --compile-workers "$CW" --triton-cache "$cache" \
+  timeout $([ "$cache" = warm ] && echo 240 || echo 450) python3 experiments/dask_scaling.py \
+    --gpus 2 --cpu-per-gpu fixed --compile-workers "$CW" --triton-cache "$cache" ${DASK_FLAGS:-} \
     --out "$OUT/dask/run$i" >>"$LOG" 2>&1
   date -u >>"$LOG"
 done
