@@ -166,10 +166,17 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     return _POOL
 
 
-def shutdown_pool(*, wait: bool = False) -> None:
+def shutdown_pool(*, wait: bool = False, kill: bool = False) -> None:
+    """Stop the long-lived pool: queued jobs are cancelled; with ``kill`` its processes are
+    terminated too (after a timeout: a compile that hangs would otherwise keep its process,
+    and this interpreter's exit, waiting for good)."""
     global _POOL
     if _POOL is not None:
-        _POOL.shutdown(wait=wait, cancel_futures=True)
+        procs = list((getattr(_POOL, "_processes", None) or {}).values()) if kill else []
+        for proc in procs:  # its queued jobs then fail as BrokenProcessPool, not cancelled
+            with contextlib.suppress(Exception):  # (cancelling them races the executor's
+                proc.terminate()  # own clean-up of a broken pool on Python 3.11)
+        _POOL.shutdown(wait=wait, cancel_futures=not procs)
         _POOL = None
 
 
@@ -182,7 +189,7 @@ def _result(fut: Future, deadline: float) -> Any:
         return FutureTimeout()
     except Exception as exc:  # a timeout, or a worker died (e.g. a compiler segfault)
         if isinstance(exc, FutureTimeout | BrokenProcessPool):
-            shutdown_pool()
+            shutdown_pool(kill=isinstance(exc, FutureTimeout))
         return exc
 
 
@@ -205,19 +212,29 @@ class PendingCompiles:
         self._futures = futures
         self._timeout_s = timeout_s
         self._deadline = time.monotonic() + timeout_s
+        self._timed_out = False  # then the pool was killed: what did not finish timed out
 
     def get(self, config: Config) -> CompileResult:
         item = self._futures[config.key]
         if isinstance(item, CompileResult):
             return item
         res = _result(item, self._deadline)
-        if isinstance(res, FutureTimeout):
+        self._timed_out |= isinstance(res, FutureTimeout)
+        if isinstance(res, FutureTimeout) or (self._timed_out and isinstance(res, Exception)):
             res = CompileResult(Status.TIMEOUT, self._timeout_s,
-                                f"compile exceeded {self._timeout_s:.0f}s")
+                                f"compile not done {self._timeout_s:.0f}s after submission "
+                                "(the pool stops at a workload's first timeout)")
         elif isinstance(res, Exception):  # a worker died (e.g. segfault in the compiler)
             res = CompileResult(Status.COMPILE_ERROR, float("nan"), error_text(res))
         self._futures[config.key] = res
         return res
+
+    def cancel(self) -> None:
+        """Drop the compiles not started yet (the caller stopped early: an error, a lost
+        CUDA context); running ones finish into Triton's cache."""
+        for item in self._futures.values():
+            if isinstance(item, Future):
+                item.cancel()
 
 
 def submit_compiles(workload: Workload, configs: list[Config], inputs: dict[str, Any], *,

@@ -52,8 +52,9 @@ def test_precompile_turns_a_bad_config_into_a_row():
 
 def test_pool_compiles_stream_and_failures_become_rows():
     """The runner times a config once its compile is done: a compile past its deadline is a
-    TIMEOUT row (and queued ones with it), a dead pool worker a COMPILE_ERROR row; the pool
-    is then replaced, not reused."""
+    TIMEOUT row, and so are the workload's queued ones, cancelled with the pool, whose
+    processes are killed (a hung compiler must not keep this interpreter from exiting); a
+    dead pool worker is a COMPILE_ERROR row; the pool is then replaced, not reused."""
     import os
     import time
     from functools import partial
@@ -67,14 +68,17 @@ def test_pool_compiles_stream_and_failures_become_rows():
         assert done.get(ok) == compile_mod.CompileResult(Status.OK, 0.5)
         assert done.get(ok).status is Status.OK  # a second get answers from memory
 
-        slow, queued = Config({"BLOCK_M": 64}), Config({"BLOCK_M": 128})
-        stuck = PendingCompiles({slow.key: pool.submit(time.sleep, 30),
-                                 queued.key: pool.submit(time.sleep, 30)}, timeout_s=0.5)
+        procs = list(pool._processes.values())
+        stuck = [Config({"BLOCK_M": 2 ** i}) for i in range(4)]  # 1 runs, 1 sits in the
+        waiting = PendingCompiles({c.key: pool.submit(time.sleep, 20) for c in stuck},
+                                  timeout_s=0.5)  # pipe, 2 are queued: those get cancelled
         start = time.monotonic()
-        assert stuck.get(slow).status is Status.TIMEOUT
-        assert stuck.get(queued).status is Status.TIMEOUT
-        assert "exceeded" in stuck.get(queued).error and time.monotonic() - start < 10
-        assert compile_mod._POOL is None  # shut down after the timeout
+        assert all(waiting.get(c).status is Status.TIMEOUT for c in stuck)
+        assert "not done" in waiting.get(stuck[-1]).error and time.monotonic() - start < 10
+        assert compile_mod._POOL is None  # shut down after the timeout, its processes killed
+        for proc in procs:
+            proc.join(timeout=10)
+            assert not proc.is_alive()
 
         assert run_in_pool([partial(abs, -1)], workers=1, timeout_s=120) == [1]  # a fresh one
         dead = Config({"BLOCK_M": 256})
@@ -82,8 +86,16 @@ def test_pool_compiles_stream_and_failures_become_rows():
                                 timeout_s=120)
         assert crash.get(dead).status is Status.COMPILE_ERROR
         assert compile_mod._POOL is None
+
+        assert run_in_pool([partial(abs, -2)], workers=1, timeout_s=120) == [2]
+        later = [Config({"BLOCK_M": 64}), Config({"BLOCK_M": 128}), Config({"BLOCK_M": 512})]
+        gone = PendingCompiles({c.key: compile_mod._POOL.submit(time.sleep, 2) for c in later},
+                               timeout_s=120)
+        gone.cancel()  # a caller that stopped early drops what has not started
+        assert gone._futures[later[-1].key].cancelled()
+        assert gone.get(later[-1]).status is Status.TIMEOUT  # never compiled
     finally:
-        compile_mod.shutdown_pool()
+        compile_mod.shutdown_pool(kill=True)
 
 
 def test_suite_workloads_default_dtypes_and_errors(tmp_path):

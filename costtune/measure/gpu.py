@@ -19,7 +19,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from costtune.compile import CompileResult, classify_error, error_text, submit_compiles
+from costtune.compile import (
+    CompileResult,
+    classify_error,
+    error_text,
+    submit_compiles,
+)
 from costtune.kernels import get_family, relative_error
 from costtune.types import Config, Measurement, Status, Workload
 
@@ -154,37 +159,42 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
     random.Random(seed).shuffle(order)  # spread slow drift (clocks, heat) over the space
     # Compiles start now, in the order the configs are timed: the reference output, the
     # flush buffer and then each config's check and timing overlap the compiles still running.
+    t_submit = time.perf_counter()
     pending = submit_compiles(workload, order, inputs, workers=workers)
-    ref = family.reference(inputs)
-    tol = family.TOLERANCE[workload.dtype]
-    flush = make_flush_buffer(device)
-    run_id = uuid.uuid4().hex[:12]
-    common = {"run_id": run_id, "n_reps": reps, "gpu": torch.cuda.get_device_name(device),
-              **(extra or {})}
+    inline_compile = time.perf_counter() - t_submit if workers == 0 else 0.0  # no pool
+    try:
+        ref = family.reference(inputs)
+        tol = family.TOLERANCE[workload.dtype]
+        flush = make_flush_buffer(device)
+        common = {"run_id": uuid.uuid4().hex[:12], "n_reps": reps,
+                  "gpu": torch.cuda.get_device_name(device), **(extra or {})}
+        t0 = time.perf_counter()
+        setup_wall = t0 - t_setup - inline_compile  # inputs, reference output, flush buffer
+        ref_times, _ = time_graph(lambda: family.torch_op(inputs), reps=reps, flush=flush)
+        common["ref_time_ms"] = statistics.median(ref_times)
 
-    t0 = time.perf_counter()
-    setup_wall = t0 - t_setup  # inputs, reference output, flush buffer
-    ref_times, _ = time_graph(lambda: family.torch_op(inputs), reps=reps, flush=flush)
-    common["ref_time_ms"] = statistics.median(ref_times)
+        compile_wall = inline_compile  # this process waiting for compiles (the GPU idle)
+        results: dict[str, Measurement] = {}
+        for config in order:
+            t_wait = time.perf_counter()
+            comp: CompileResult = pending.get(config)
+            compile_wall += time.perf_counter() - t_wait
+            if comp.status is not Status.OK:
+                m = Measurement(workload, config, comp.status, compile_s=comp.seconds,
+                                error=comp.error, extra=dict(common))
+            else:
+                fields = check_and_time(family, inputs, ref, config, reps=reps, flush=flush,
+                                        tol=tol)
+                m = Measurement(workload, config, fields.pop("status"), compile_s=comp.seconds,
+                                extra={**common, **fields.pop("extra", {})}, **fields)
+            results[config.key] = m
+            if progress is not None:
+                progress(m)
+    except BaseException:
+        pending.cancel()  # the rest of this workload's compiles would hold the pool
+        raise
 
-    compile_wall = 0.0  # this process waiting for a config's compile (GPU idle)
-    results: dict[str, Measurement] = {}
-    for config in order:
-        t_wait = time.perf_counter()
-        comp: CompileResult = pending.get(config)
-        compile_wall += time.perf_counter() - t_wait
-        if comp.status is not Status.OK:
-            m = Measurement(workload, config, comp.status, compile_s=comp.seconds,
-                            error=comp.error, extra=dict(common))
-        else:
-            fields = check_and_time(family, inputs, ref, config, reps=reps, flush=flush, tol=tol)
-            m = Measurement(workload, config, fields.pop("status"), compile_s=comp.seconds,
-                            extra={**common, **fields.pop("extra", {})}, **fields)
-        results[config.key] = m
-        if progress is not None:
-            progress(m)
-
-    measure_wall = time.perf_counter() - t0 - compile_wall
+    measure_wall = time.perf_counter() - t0 - (compile_wall - inline_compile)
     ok = [k for k, m in results.items() if m.status is Status.OK]
     rng = random.Random(seed + 1)
     n_retime = round(retime_fraction * len(ok))
