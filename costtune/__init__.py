@@ -25,6 +25,7 @@ _EXPORTS = {
     "autotune": "costtune.hook",
     "harvest": "costtune.hook",
     "CosttuneWarning": "costtune.hook",
+    "graph_bench": "costtune.hook_bench",
     "CostModel": "costtune.model.xgb",
     "collect_dask": "costtune.distributed",
     "ConfigStudy": "costtune.search",

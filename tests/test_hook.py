@@ -444,6 +444,7 @@ def test_bench_choice_sets_tritons_do_bench(model):
             gemm._gemm_kernel)
 
     assert kernel_of()._do_bench is graph_bench  # the dataset's timing by default
+    assert costtune.graph_bench is graph_bench  # for plain triton.autotune(do_bench=...)
     assert kernel_of(bench="triton")._do_bench is None  # Triton's own benchmarker
     mine = Bench()
     assert kernel_of(do_bench=mine)._do_bench is mine
