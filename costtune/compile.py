@@ -13,7 +13,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -191,17 +191,6 @@ def _result(fut: Future, deadline: float) -> Any:
         if isinstance(exc, FutureTimeout | BrokenProcessPool):
             shutdown_pool(kill=isinstance(exc, FutureTimeout))
         return exc
-
-
-def run_in_pool(jobs: Sequence[Callable[[], Any]], *, workers: int | None,
-                timeout_s: float) -> list[Any]:
-    """Run picklable zero-argument ``jobs`` (e.g. ``functools.partial``) in the long-lived
-    pool: per job its result, or the exception it raised (``TimeoutError`` once ``timeout_s``
-    has passed since submission)."""
-    pool = _pool(workers or os.cpu_count() or 1)
-    futures = [pool.submit(job) for job in jobs]
-    deadline = time.monotonic() + timeout_s
-    return [_result(fut, deadline) for fut in futures]
 
 
 class PendingCompiles:

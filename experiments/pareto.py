@@ -263,9 +263,8 @@ def measured_section(path: Path, png: Path) -> list[str]:
     runs = runs[(runs["status"] == "ok") & runs["speed_vs_exhaustive"].notna()]
     # The chosen configs re-timed side by side in one process where there is such a timing
     # (what the report's goal uses); else the two runs' own timings, minutes apart.
-    same = runs["speed_same_process"] if "speed_same_process" in runs else np.nan
-    runs = runs.assign(speed=pd.Series(same, index=runs.index).fillna(
-        runs["speed_vs_exhaustive"]))
+    same = runs.get("speed_same_process", pd.Series(np.nan, index=runs.index))
+    runs = runs.assign(speed=same.fillna(runs["speed_vs_exhaustive"]))
     runs = runs.assign(label=np.where(runs["k"].notna(),
                                       runs["method"] + " k=" + runs["k"].fillna(0).astype(int)
                                       .astype(str), runs["method"]))

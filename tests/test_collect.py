@@ -14,7 +14,6 @@ from costtune.compile import (
     classify_error,
     precompile,
     rebuild_inputs,
-    run_in_pool,
     tensor_specs,
 )
 from costtune.store import Store
@@ -60,8 +59,8 @@ def test_pool_compiles_stream_and_failures_become_rows():
     from functools import partial
 
     try:
-        assert run_in_pool([partial(abs, -3)], workers=1, timeout_s=120) == [3]  # pool up
-        pool = compile_mod._POOL
+        pool = compile_mod._pool(1)
+        assert pool.submit(abs, -3).result(timeout=120) == 3  # pool up
         ok = Config({"BLOCK_M": 32})
         done = PendingCompiles({ok.key: pool.submit(partial(
             compile_mod.CompileResult, Status.OK, 0.5))}, timeout_s=120)
@@ -80,14 +79,14 @@ def test_pool_compiles_stream_and_failures_become_rows():
             proc.join(timeout=10)
             assert not proc.is_alive()
 
-        assert run_in_pool([partial(abs, -1)], workers=1, timeout_s=120) == [1]  # a fresh one
+        assert compile_mod._pool(1).submit(abs, -1).result(timeout=120) == 1  # a fresh one
         dead = Config({"BLOCK_M": 256})
         crash = PendingCompiles({dead.key: compile_mod._POOL.submit(os._exit, 3)},
                                 timeout_s=120)
         assert crash.get(dead).status is Status.COMPILE_ERROR
         assert compile_mod._POOL is None
 
-        assert run_in_pool([partial(abs, -2)], workers=1, timeout_s=120) == [2]
+        assert compile_mod._pool(1).submit(abs, -2).result(timeout=120) == 2
         later = [Config({"BLOCK_M": 64}), Config({"BLOCK_M": 128}), Config({"BLOCK_M": 512})]
         gone = PendingCompiles({c.key: compile_mod._POOL.submit(time.sleep, 2) for c in later},
                                timeout_s=120)
