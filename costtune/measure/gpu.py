@@ -12,7 +12,6 @@ workload's best, and the reference op anchors runs made on different days.
 
 from __future__ import annotations
 
-import functools
 import random
 import statistics
 import time
@@ -45,14 +44,14 @@ def make_flush_buffer(device: Any = None):
     return torch.empty(max(2 * l2, 64 * 2**20), dtype=torch.int8, device=device)
 
 
-def time_graph(fn: Callable[[], Any], *, reps: int, flush, stream: Any = None
+def time_graph(fn: Callable[[], Any], *, reps: int, flush, warm_ms: float = 0.0
                ) -> tuple[list[float], str]:
     """Per-rep GPU times (ms) of ``fn`` from one CUDA graph; falls back to eager launches with
     the same flush and events when ``fn`` can't be captured. Returns (times, method).
-    ``stream``: where ``fn`` is warmed up before capture (default: a stream from torch's pool)."""
+    ``warm_ms``: keep the GPU busy that long (flush-buffer writes) right before the replays."""
     import torch
 
-    side = stream if stream is not None else torch.cuda.Stream()
+    side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         fn()  # lazy init and allocator warm-up must happen outside capture
@@ -68,6 +67,7 @@ def time_graph(fn: Callable[[], Any], *, reps: int, flush, stream: Any = None
                 s.record()
                 fn()
                 e.record()
+        busy(flush, warm_ms)
         graph.replay()  # first replay uploads the graph and warms clocks
         graph.replay()
         torch.cuda.synchronize()
@@ -78,6 +78,7 @@ def time_graph(fn: Callable[[], Any], *, reps: int, flush, stream: Any = None
         torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    busy(flush, warm_ms)
     for s, e in zip(starts, ends):
         flush.zero_()
         s.record()
@@ -87,41 +88,27 @@ def time_graph(fn: Callable[[], Any], *, reps: int, flush, stream: Any = None
     return [s.elapsed_time(e) for s, e in zip(starts, ends)], "eager"
 
 
-def settle_memory(device: Any) -> Any:
-    """Make a workload's GPU buffers land where they would in a fresh process.
-
-    The caching allocator hands a workload the blocks the previous workloads freed, so without
-    this a buffer's address, and with it a kernel's time by up to a few percent, depends on
-    what the process measured before (which a Dask worker's share of the queue decides).
-    The first call sets up the libraries' persistent workspaces (cuBLAS on the default, the
-    warm-up and the graph-capture streams) in a fixed order; every call then returns all
-    cached blocks to the driver. Returns the warm-up stream for ``time_graph``."""
+def busy(flush, ms: float) -> None:
+    """Queue about ``ms`` of GPU work (writes of ``flush``), calibrated once per buffer."""
     import torch
 
-    side = _primed_stream(torch.device(device).index)
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    return side
+    if ms <= 0:
+        return
+    key = (flush.data_ptr(), flush.numel())
+    if key not in _WRITE_MS:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush.zero_()
+        start.record()
+        for _ in range(10):
+            flush.zero_()
+        end.record()
+        end.synchronize()
+        _WRITE_MS[key] = start.elapsed_time(end) / 10
+    for _ in range(max(1, round(ms / _WRITE_MS[key]))):
+        flush.zero_()
 
 
-@functools.cache  # once per process and device
-def _primed_stream(index: int) -> Any:
-    import torch
-
-    side = torch.cuda.Stream(device=index)
-    for dtype in (torch.float16, torch.bfloat16, torch.float32):
-        a = torch.ones(64, 64, dtype=dtype, device=index)
-        a @ a
-        side.wait_stream(torch.cuda.current_stream(index))
-        with torch.cuda.stream(side):
-            a @ a
-        torch.cuda.current_stream(index).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            a @ a
-        del graph
-    torch.cuda.synchronize(index)
-    return side
+_WRITE_MS: dict[tuple[int, int], float] = {}
 
 
 def _context_alive() -> bool:
@@ -135,8 +122,8 @@ def _context_alive() -> bool:
         return False
 
 
-def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol: float,
-                   stream: Any = None) -> dict[str, Any]:
+def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol: float
+                   ) -> dict[str, Any]:
     """Run one config once against the reference, then time it if correct.
 
     Returns the Measurement fields as a dict; raises ContextLost when the launch broke CUDA.
@@ -166,8 +153,7 @@ def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol
         return {"status": Status.WRONG_RESULT, "rel_err": err, "extra": {"load_s": load_s},
                 "error": f"relative error {err:.3g} > tolerance {tol:.3g}"}
     t1 = time.perf_counter()
-    times, method = time_graph(lambda: family.launch(inputs, config), reps=reps, flush=flush,
-                               stream=stream)
+    times, method = time_graph(lambda: family.launch(inputs, config), reps=reps, flush=flush)
     return {"status": Status.OK, "rel_err": err, "time_ms": statistics.median(times),
             "time_p20_ms": _quantile(times, 0.2), "time_p80_ms": _quantile(times, 0.8),
             "extra": {"timing": method, "load_s": load_s,
@@ -177,23 +163,19 @@ def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol
 def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 10,
                      retime_fraction: float = 0.05, seed: int = 0, workers: int | None = None,
                      extra: dict[str, Any] | None = None,
-                     progress: Callable[[Measurement], None] | None = None,
-                     settle: bool = True) -> list[Measurement]:
+                     progress: Callable[[Measurement], None] | None = None) -> list[Measurement]:
     """Measure every config of one workload in one uninterrupted run on the current GPU.
 
     Compiles in parallel (timing each config once its compile is done, while the later ones
     still compile), checks each config's output, times the correct ones, re-times a
     random ``retime_fraction`` of them in a second pass (``retime_ms``), and times the torch
     equivalent (``ref_time_ms``). Failures come back as Measurements with a status.
-    ``settle`` (default): start from ``settle_memory``, so the workload's buffers and rows do
-    not depend on what this process measured before; False keeps the allocator's cache.
     """
     import torch
 
     family = get_family(workload.kernel)
     t_setup = time.perf_counter()
     device = torch.device("cuda", torch.cuda.current_device())
-    stream = settle_memory(device) if settle else None
     inputs = family.make_inputs(workload.sizes, workload.dtype, seed=seed, device=device)
     order = list(configs)
     random.Random(seed).shuffle(order)  # spread slow drift (clocks, heat) over the space
@@ -210,8 +192,7 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
                   "gpu": torch.cuda.get_device_name(device), **(extra or {})}
         t0 = time.perf_counter()
         setup_wall = t0 - t_setup - inline_compile  # inputs, reference output, flush buffer
-        ref_times, _ = time_graph(lambda: family.torch_op(inputs), reps=reps, flush=flush,
-                                  stream=stream)
+        ref_times, _ = time_graph(lambda: family.torch_op(inputs), reps=reps, flush=flush)
         common["ref_time_ms"] = statistics.median(ref_times)
 
         waited = 0.0  # this process waiting for a config's compile (the GPU idle)
@@ -225,7 +206,7 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
                                 error=comp.error, extra=dict(common))
             else:
                 fields = check_and_time(family, inputs, ref, config, reps=reps, flush=flush,
-                                        tol=tol, stream=stream)
+                                        tol=tol)
                 m = Measurement(workload, config, fields.pop("status"), compile_s=comp.seconds,
                                 extra={**common, **fields.pop("extra", {})}, **fields)
             results[config.key] = m
@@ -243,7 +224,7 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
         n_retime = max(1, n_retime)  # every workload gets at least one noise sample
     for key in rng.sample(ok, min(len(ok), n_retime)):
         times, _ = time_graph(lambda c=results[key].config: family.launch(inputs, c), reps=reps,
-                              flush=flush, stream=stream)
+                              flush=flush)
         results[key].extra["retime_ms"] = statistics.median(times)
     wall = time.perf_counter() - t0
     for m in results.values():
