@@ -96,6 +96,34 @@ def agreement(one: pd.DataFrame, many: pd.DataFrame) -> tuple[pd.DataFrame, dict
     return pd.DataFrame(per), stats
 
 
+def own_noise(runs: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Every pair of runs: |ln(t_a/t_b)| over their common OK configs (p50, p90); and each
+    run's own per-config noise, from the pairs' robust variances ((p90 / 1.645)^2 = s_a^2 +
+    s_b^2, solved by least squares over all pairs: the three-cornered hat of clock metrology).
+    A run whose own noise stands out is the noisy one, whichever run it is compared with."""
+    import itertools
+
+    import numpy as np
+
+    names = list(runs)
+    logs = {}
+    for name, rows in runs.items():
+        ok = rows[rows["status"] == "ok"]
+        logs[name] = np.log(ok.set_index(["workload", "config"])["time_ms"])
+    pairs, design, target = [], [], []
+    for a, b in itertools.combinations(names, 2):
+        d = (logs[a] - logs[b]).dropna().abs()
+        pairs.append({"run_a": a, "run_b": b, "configs": len(d), "p50_abs_log": d.median(),
+                      "p90_abs_log": d.quantile(0.9)})
+        design.append([float(n in (a, b)) for n in names])
+        target.append((d.quantile(0.9) / 1.645) ** 2)
+    own = {}
+    if len(names) >= 3:
+        var = np.linalg.lstsq(np.array(design), np.array(target), rcond=None)[0]
+        own = {n: float(np.sign(v) * np.sqrt(abs(v))) for n, v in zip(names, var, strict=True)}
+    return pd.DataFrame(pairs), own
+
+
 def fixed_compile_workers(args) -> int:
     """Compile processes per GPU worker in both runs: --compile-workers, else this host's
     usable cores / --gpus."""
@@ -150,7 +178,8 @@ def dataset_retime_p90() -> float | None:
 
 
 def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90,
-           warm_s: float = float("nan"), between: dict | None = None) -> str:
+           warm_s: float = float("nan"), between: dict | None = None,
+           run_noise: tuple[pd.DataFrame, dict[str, float]] | None = None) -> str:
     (rows1, s1, meta1), (rows_n, sn, meta_n) = runs
     split1, split_n = wall_split(rows1), wall_split(rows_n)
     topo = cpu_topology()
@@ -243,6 +272,18 @@ def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90,
         f"{args.gpus}-GPU run's pick is slower in the 1-GPU run by median "
         f"{per['regret_of_pick'].median():.2%}, max {per['regret_of_pick'].max():.2%}.",
     ]
+    if run_noise is not None and run_noise[1]:
+        pairs, own = run_noise
+        lines += [
+            "", "Every run against every other (|ln(t_a/t_b)| over common OK configs) and each "
+            "run's own per-config noise solved from those pairs (least squares over "
+            "s_a^2 + s_b^2 = (p90 / 1.645)^2; the three-cornered hat): a run whose own noise "
+            "stands out is the noisy one, whichever run it is compared with.", "",
+            "| run a | run b | configs | p50 | p90 |", "|---|---|---|---|---|",
+            *(f"| {r.run_a} | {r.run_b} | {r.configs} | {r.p50_abs_log:.2%} | "
+              f"{r.p90_abs_log:.2%} |" for r in pairs.itertuples()), "",
+            "Own noise (SD of ln t per config): "
+            + ", ".join(f"{k} {v:.2%}" for k, v in own.items()) + "."]
     for name, s in (("1 GPU", s1), (f"{args.gpus} GPUs", sn)):
         for text in s["errors"] + s["warnings"]:
             lines.append(f"- {name}: {text}")
@@ -268,7 +309,13 @@ def main() -> None:
                     help="cold: a fresh Triton cache per run; warm: one cache filled before "
                     "both runs (GPU-bound collection: what scales with GPUs alone)")
     ap.add_argument("--noise-run", action="store_true",
-                    help="then a second 1-GPU run: the noise between two runs, measured")
+                    help="then a second 1-GPU run: the noise between two runs, measured "
+                    "(the same as --extra-runs 1)")
+    ap.add_argument("--extra-runs", type=int, nargs="*", default=[],
+                    help="GPU counts of further runs after the first two, each loading its "
+                    "kernels from the first 1-GPU run's Triton cache (e.g. 1 2: a warm 1-GPU "
+                    "and a warm 2-GPU run); with three or more runs the report solves each "
+                    "run's own noise")
     ap.add_argument("--dry-run", action="store_true", help="replay + sleep on CPU (plumbing)")
     ap.add_argument("--dry-sleep", type=float, default=1.0, help="seconds per replayed task")
     args = ap.parse_args()
@@ -283,6 +330,18 @@ def main() -> None:
     for spec in args.specs:
         kernel, suite = spec.split(":")
         workloads += suite_workloads(kernel, suite)[:args.max_workloads]
+    out.mkdir(parents=True, exist_ok=True)
+    name = "dask_scaling_dryrun" if args.dry_run else "dask_scaling"
+    if args.cpu_per_gpu == "shared":
+        name += "_shared_cpu"
+    elif args.compile_workers:
+        name += f"_cw{args.compile_workers}"
+    if args.triton_cache == "warm":
+        name += "_warm"
+
+    def save(rows: pd.DataFrame, label: str) -> None:  # each run's rows as soon as it ends
+        rows.to_parquet(out / f"{name}_rows_{label}.parquet", index=False)
+
     with tempfile.TemporaryDirectory(prefix="dask_scaling_") as tmp:
         warm_s = float("nan")
         if args.triton_cache == "warm" and not args.dry_run:
@@ -292,29 +351,27 @@ def main() -> None:
         for n in (1, args.gpus):
             t = time.perf_counter()
             runs.append(run(workloads, n, args, Path(tmp)))
+            save(runs[-1][0], f"{n}gpu")
             print(f"{n} GPU(s): {time.perf_counter() - t:.1f} s, {runs[-1][1]}", flush=True)
-        between = None
-        if args.noise_run:
+        if args.noise_run and 1 not in args.extra_runs:
+            args.extra_runs = [1, *args.extra_runs]
+        extra: dict[str, tuple] = {}  # label -> run, e.g. "1gpu_b", "2gpu_b"
+        for n in args.extra_runs:
+            tag = "_" + "bcdefgh"[sum(k.startswith(f"{n}gpu_") for k in extra)]
             t = time.perf_counter()
-            again = run(workloads, 1, args, Path(tmp), tag="_b", cache_of="1gpu")
-            print(f"1 GPU again: {time.perf_counter() - t:.1f} s, {again[1]}", flush=True)
-            between = agreement(runs[0][0], again[0])[1]
+            extra[f"{n}gpu{tag}"] = run(workloads, n, args, Path(tmp), tag=tag,
+                                        cache_of="1gpu")
+            save(extra[f"{n}gpu{tag}"][0], f"{n}gpu{tag}")
+            print(f"{n} GPU(s) again ({tag[1:]}): {time.perf_counter() - t:.1f} s, "
+                  f"{extra[f'{n}gpu{tag}'][1]}", flush=True)
+        between = (agreement(runs[0][0], extra["1gpu_b"][0])[1] if "1gpu_b" in extra
+                   else None)
     (one, _, _), (many, _, _) = runs
     per, stats = agreement(one, many)
-    text = report(args, workloads, runs, per, stats, dataset_retime_p90(), warm_s, between)
-    out.mkdir(parents=True, exist_ok=True)
-    name = "dask_scaling_dryrun" if args.dry_run else "dask_scaling"
-    if args.cpu_per_gpu == "shared":
-        name += "_shared_cpu"
-    elif args.compile_workers:
-        name += f"_cw{args.compile_workers}"
-    if args.triton_cache == "warm":
-        name += "_warm"
+    every = {"1gpu": one, f"{args.gpus}gpu": many, **{k: v[0] for k, v in extra.items()}}
+    text = report(args, workloads, runs, per, stats, dataset_retime_p90(), warm_s, between,
+                  own_noise(every))
     (out / f"{name}.md").write_text(text)
-    for (rows, _, _), label in zip(runs, ("1gpu", f"{args.gpus}gpu"), strict=True):
-        rows.to_parquet(out / f"{name}_rows_{label}.parquet", index=False)
-    if args.noise_run:
-        again[0].to_parquet(out / f"{name}_rows_1gpu_b.parquet", index=False)
     meta = runs[1][2]
     per.assign(dry_run=args.dry_run, n_gpus=args.gpus, gpu=meta.get("gpu"),
                costtune_commit=meta.get("costtune_commit"), date=meta.get("date")

@@ -44,11 +44,9 @@ def make_flush_buffer(device: Any = None):
     return torch.empty(max(2 * l2, 64 * 2**20), dtype=torch.int8, device=device)
 
 
-def time_graph(fn: Callable[[], Any], *, reps: int, flush, warm_ms: float = 0.0
-               ) -> tuple[list[float], str]:
+def time_graph(fn: Callable[[], Any], *, reps: int, flush) -> tuple[list[float], str]:
     """Per-rep GPU times (ms) of ``fn`` from one CUDA graph; falls back to eager launches with
-    the same flush and events when ``fn`` can't be captured. Returns (times, method).
-    ``warm_ms``: keep the GPU busy that long (flush-buffer writes) right before the replays."""
+    the same flush and events when ``fn`` can't be captured. Returns (times, method)."""
     import torch
 
     side = torch.cuda.Stream()
@@ -67,7 +65,6 @@ def time_graph(fn: Callable[[], Any], *, reps: int, flush, warm_ms: float = 0.0
                 s.record()
                 fn()
                 e.record()
-        busy(flush, warm_ms)
         graph.replay()  # first replay uploads the graph and warms clocks
         graph.replay()
         torch.cuda.synchronize()
@@ -78,7 +75,6 @@ def time_graph(fn: Callable[[], Any], *, reps: int, flush, warm_ms: float = 0.0
         torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    busy(flush, warm_ms)
     for s, e in zip(starts, ends):
         flush.zero_()
         s.record()
@@ -86,29 +82,6 @@ def time_graph(fn: Callable[[], Any], *, reps: int, flush, warm_ms: float = 0.0
         e.record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends)], "eager"
-
-
-def busy(flush, ms: float) -> None:
-    """Queue about ``ms`` of GPU work (writes of ``flush``), calibrated once per buffer."""
-    import torch
-
-    if ms <= 0:
-        return
-    key = (flush.data_ptr(), flush.numel())
-    if key not in _WRITE_MS:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        flush.zero_()
-        start.record()
-        for _ in range(10):
-            flush.zero_()
-        end.record()
-        end.synchronize()
-        _WRITE_MS[key] = start.elapsed_time(end) / 10
-    for _ in range(max(1, round(ms / _WRITE_MS[key]))):
-        flush.zero_()
-
-
-_WRITE_MS: dict[tuple[int, int], float] = {}
 
 
 def _context_alive() -> bool:

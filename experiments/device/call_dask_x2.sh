@@ -6,7 +6,7 @@
 #       carry=[".whl"])
 # $1: compile processes per GPU worker (fixed in both runs); then cache modes (default: warm
 # cold); DASK_FLAGS adds flags to every dask_scaling.py run (e.g. --noise-run) and
-# SKIP_TESTS=1 skips the tests. Everything lands in $OUT. (Earlier calls also ran experiments/compile_scaling.py and
+# SKIP_TESTS=1 skips the tests; DASK_TIMEOUT overrides each run's timeout. Everything lands in $OUT. (Earlier calls also ran experiments/compile_scaling.py and
 # experiments/device/check_multi_gpu_meta.py.)
 set -u
 CW=${1:-8}
@@ -19,7 +19,7 @@ date -u >>"$LOG"
 i=0
 for cache in $MODES; do
   i=$((i + 1))
-  timeout $([ "$cache" = warm ] && echo 240 || echo 450) python3 experiments/dask_scaling.py \
+  timeout ${DASK_TIMEOUT:-$([ "$cache" = warm ] && echo 240 || echo 450)} python3 experiments/dask_scaling.py \
     --gpus 2 --cpu-per-gpu fixed --compile-workers "$CW" --triton-cache "$cache" ${DASK_FLAGS:-} \
     --out "$OUT/dask/run$i" >>"$LOG" 2>&1
   date -u >>"$LOG"
