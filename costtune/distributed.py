@@ -31,6 +31,7 @@ from costtune.compile import error_text
 from costtune.types import Config, Measurement, Status, Workload
 
 RUNNERS = ("gpu", "replay")
+ORDERS = ("spread", "given")
 GPU_RESOURCE = "GPU"
 
 
@@ -124,7 +125,7 @@ def collect_dask(workloads: list[Workload], store, *, scheduler: Any = None,
                  retries: int = 1, gpus: int | list[int] | None = None,
                  compile_workers: int | None = None, worker_env: dict[str, str] | None = None,
                  time_budget_s: float | None = None, replay_delay_s: float = 0.0,
-                 meta: dict[str, Any] | None = None,
+                 meta: dict[str, Any] | None = None, order: str = "spread",
                  progress: Callable[[Workload, Measurement | None, int], None] | None = None,
                  on_stored: Callable[[Workload, list[dict]], None] | None = None
                  ) -> dict[str, Any]:
@@ -136,7 +137,9 @@ def collect_dask(workloads: list[Workload], store, *, scheduler: Any = None,
     A failed task is retried ``retries`` times by Dask, then reported in ``failed_workloads``;
     the next call resumes it. ``runner="replay"`` measures from ``replay_dataset`` (a path or
     DataFrame) instead of a GPU; ``replay_delay_s`` (replay only) sleeps in each task.
-    ``time_budget_s``: submit no new workload after this many seconds.
+    ``time_budget_s``: submit no new workload after this many seconds. ``order``: "spread"
+    (biggest first, kernels in turn: ``costtune.collect.spread_order``) or "given" (the
+    order of ``workloads``; one worker measures them in exactly that order).
 
     >>> import costtune, tempfile
     >>> from costtune.store import Store
@@ -148,6 +151,8 @@ def collect_dask(workloads: list[Workload], store, *, scheduler: Any = None,
     """
     if runner not in RUNNERS:
         raise ValueError(f"runner must be one of {RUNNERS}, got {runner!r}")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     if (runner == "replay") != (replay_dataset is not None):
         raise ValueError("replay_dataset is required with runner='replay' and only then")
     if replay_delay_s and runner != "replay":
@@ -206,8 +211,9 @@ def collect_dask(workloads: list[Workload], store, *, scheduler: Any = None,
         summary["startup_s"] = time.perf_counter() - t_start
         if runner == "gpu":
             client.register_plugin(ShutdownCompilePool(), name="costtune-compile-pool")
-        _run(client, todo, task_kw, replay_rows, retries=retries, t0=t0,
-             time_budget_s=time_budget_s, store_rows=store_rows, summary=summary)
+        _run(client, todo if order == "given" else spread_order(todo), task_kw, replay_rows,
+             retries=retries, t0=t0, time_budget_s=time_budget_s, store_rows=store_rows,
+             summary=summary)
     summary["seconds"] = time.perf_counter() - t0
     return summary
 
@@ -218,8 +224,7 @@ def _run(client, todo, task_kw, replay_rows, *, retries, t0, time_budget_s, stor
 
     _gpu_slots(client, check=True)
     address = client.scheduler.address
-    # Biggest first (a shorter tail), kernels taken in turn (fewer compiles done twice).
-    pending = spread_order(todo)
+    pending = list(todo)  # in the order to measure: Dask runs higher priorities first
     rank = {id(item): len(pending) - i for i, item in enumerate(pending)}
     futures: dict[Any, Workload] = {}
     done = as_completed()

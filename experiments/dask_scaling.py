@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shlex
 import sys
 import tempfile
@@ -38,13 +39,15 @@ GOAL = 1.8
 
 
 def run(workloads, n_gpus: int, args, work: Path, *, tag: str = "",
-        cache_of: str | None = None) -> tuple[pd.DataFrame, dict, dict]:
+        cache_of: str | None = None, order: str = "spread") -> tuple[pd.DataFrame, dict, dict]:
     """One collection on ``n_gpus``; ``tag`` names a repeat's store, ``cache_of`` the earlier
-    run whose Triton cache it loads its kernels from (its timings do not depend on that)."""
+    run whose Triton cache it loads its kernels from (its timings do not depend on that),
+    ``order`` is collect_dask's ("given": in the order of ``workloads``)."""
     store = costtune.Store(work / f"store_{n_gpus}gpu{tag}")
     kw = {"gpus": list(range(n_gpus)), "max_configs": args.max_configs, "seed": args.seed,
-          "reps": args.reps, "meta": {"experiment": "dask_scaling", "n_gpus": n_gpus,
-                                       "cpu_per_gpu": args.cpu_per_gpu}}
+          "reps": args.reps, "order": order,
+          "meta": {"experiment": "dask_scaling", "n_gpus": n_gpus,
+                   "cpu_per_gpu": args.cpu_per_gpu, "order": order}}
     if args.cpu_per_gpu == "fixed" and not args.dry_run:
         # Every GPU worker compiles with the same cores in both runs, as on a cluster where
         # each GPU brings its own; "shared" lets collect_dask split this host's cores.
@@ -179,7 +182,8 @@ def dataset_retime_p90() -> float | None:
 
 def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90,
            warm_s: float = float("nan"), between: dict | None = None,
-           run_noise: tuple[pd.DataFrame, dict[str, float]] | None = None) -> str:
+           run_noise: tuple[pd.DataFrame, dict[str, float]] | None = None,
+           other_order: dict | None = None) -> str:
     (rows1, s1, meta1), (rows_n, sn, meta_n) = runs
     split1, split_n = wall_split(rows1), wall_split(rows_n)
     topo = cpu_topology()
@@ -266,6 +270,19 @@ def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90,
             f"mismatches). The {args.gpus}-GPU rows against the first 1-GPU run (p90 "
             f"{stats['p90_abs_dev_rel']:.2%} over the reference op) are "
             f"**{'within' if within_runs else 'OUTSIDE'}** the noise between two 1-GPU runs."]),
+        *([] if other_order is None else [
+            "",
+            "Between-run noise with another queue: a 1-GPU run that measured the workloads in "
+            "a seeded shuffled order (kernels from the first run's cache) against the first: "
+            f"|t_1s/t_1a - 1| median {other_order['p50_abs_dev']:.2%}, p90 "
+            f"{other_order['p90_abs_dev']:.2%}; over each run's reference op: median "
+            f"{other_order['p50_abs_dev_rel']:.2%}, p90 {other_order['p90_abs_dev_rel']:.2%}. "
+            f"The {args.gpus}-GPU rows (p90 {stats['p90_abs_dev_rel']:.2%}) are **"
+            + ("within" if stats["p90_abs_dev_rel"] <= other_order["p90_abs_dev_rel"]
+               else "OUTSIDE")
+            + "** the noise between two 1-GPU runs whose worker measured different "
+            "sequences (what any re-collection with another queue, split or resume sees).",
+            ""]),
         f"Median raw ratio by GPU of the {args.gpus}-GPU run: "
         + ", ".join(f"GPU {k}: {v:.4f}" for k, v in stats["median_ratio_by_gpu"].items()),
         f"Best config: the same in {int(per['same_best'].sum())}/{len(per)} workloads; the "
@@ -311,11 +328,13 @@ def main() -> None:
     ap.add_argument("--noise-run", action="store_true",
                     help="then a second 1-GPU run: the noise between two runs, measured "
                     "(the same as --extra-runs 1)")
-    ap.add_argument("--extra-runs", type=int, nargs="*", default=[],
+    ap.add_argument("--extra-runs", nargs="*", default=[],
                     help="GPU counts of further runs after the first two, each loading its "
                     "kernels from the first 1-GPU run's Triton cache (e.g. 1 2: a warm 1-GPU "
-                    "and a warm 2-GPU run); with three or more runs the report solves each "
-                    "run's own noise")
+                    "and a warm 2-GPU run); a count ending in s measures the workloads in a "
+                    "seeded shuffled order (1s: the noise between two 1-GPU runs whose "
+                    "workers measured different sequences); with three or more runs the "
+                    "report solves each run's own noise")
     ap.add_argument("--dry-run", action="store_true", help="replay + sleep on CPU (plumbing)")
     ap.add_argument("--dry-sleep", type=float, default=1.0, help="seconds per replayed task")
     args = ap.parse_args()
@@ -353,24 +372,33 @@ def main() -> None:
             runs.append(run(workloads, n, args, Path(tmp)))
             save(runs[-1][0], f"{n}gpu")
             print(f"{n} GPU(s): {time.perf_counter() - t:.1f} s, {runs[-1][1]}", flush=True)
-        if args.noise_run and 1 not in args.extra_runs:
-            args.extra_runs = [1, *args.extra_runs]
-        extra: dict[str, tuple] = {}  # label -> run, e.g. "1gpu_b", "2gpu_b"
-        for n in args.extra_runs:
-            tag = "_" + "bcdefgh"[sum(k.startswith(f"{n}gpu_") for k in extra)]
+        if args.noise_run and "1" not in args.extra_runs:
+            args.extra_runs = ["1", *args.extra_runs]
+        extra: dict[str, tuple] = {}  # label -> run: "1gpu_b", "2gpu_b", "1gpu_shuffled", ...
+        for spec in args.extra_runs:
+            n, shuffled = int(spec.rstrip("s")), spec.endswith("s")
+            same = sum(k.startswith(f"{n}gpu_") and k.endswith("shuffled") == shuffled
+                       for k in extra)
+            tag = (f"_shuffled{same + 1 if same else ''}" if shuffled
+                   else "_" + "bcdefgh"[same])
+            todo = list(workloads)
+            if shuffled:
+                random.Random(args.seed + len(extra) + 1).shuffle(todo)
             t = time.perf_counter()
-            extra[f"{n}gpu{tag}"] = run(workloads, n, args, Path(tmp), tag=tag,
-                                        cache_of="1gpu")
+            extra[f"{n}gpu{tag}"] = run(todo, n, args, Path(tmp), tag=tag, cache_of="1gpu",
+                                        order="given" if shuffled else "spread")
             save(extra[f"{n}gpu{tag}"][0], f"{n}gpu{tag}")
             print(f"{n} GPU(s) again ({tag[1:]}): {time.perf_counter() - t:.1f} s, "
                   f"{extra[f'{n}gpu{tag}'][1]}", flush=True)
         between = (agreement(runs[0][0], extra["1gpu_b"][0])[1] if "1gpu_b" in extra
                    else None)
+        other_order = (agreement(runs[0][0], extra["1gpu_shuffled"][0])[1]
+                       if "1gpu_shuffled" in extra else None)
     (one, _, _), (many, _, _) = runs
     per, stats = agreement(one, many)
     every = {"1gpu": one, f"{args.gpus}gpu": many, **{k: v[0] for k, v in extra.items()}}
     text = report(args, workloads, runs, per, stats, dataset_retime_p90(), warm_s, between,
-                  own_noise(every))
+                  own_noise(every), other_order)
     (out / f"{name}.md").write_text(text)
     meta = runs[1][2]
     per.assign(dry_run=args.dry_run, n_gpus=args.gpus, gpu=meta.get("gpu"),

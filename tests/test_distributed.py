@@ -111,6 +111,25 @@ def test_local_cluster_pins_its_worker_to_one_gpu(mini, reference, tmp_path, mon
     pd.testing.assert_frame_equal(frame(store.load()), reference)
 
 
+def test_one_worker_measures_in_the_given_order(mini, reference, tmp_path):
+    """order="given" keeps the caller's order (the default spreads biggest first); the rows
+    are the same either way."""
+    _, df, workloads = mini
+    given = list(reversed(workloads))
+    for order, expected in (("given", given), ("spread", None)):
+        seen: list[str] = []
+        out = tmp_path / order
+        summary = collect(given, out, gpus=[0], replay_dataset=df, order=order,
+                          on_stored=lambda w, rows, seen=seen: seen.append(w.id))
+        assert summary["workloads"] == 6 and not summary["errors"]
+        if expected is not None:
+            assert seen == [w.id for w in expected]
+        else:
+            assert seen != [w.id for w in given]
+            assert sorted(seen) == sorted(w.id for w in given)
+        pd.testing.assert_frame_equal(frame(Store(out).load()), reference)
+
+
 def test_killed_worker_loses_no_stored_rows_and_rerun_completes(client, mini, reference,
                                                                 tmp_path):
     _, df, workloads = mini
@@ -191,6 +210,8 @@ def test_refuses_a_cluster_without_gpu_workers_and_bad_options(mini, tmp_path):
         collect(workloads, tmp_path)
     with pytest.raises(ValueError, match="runner"):
         collect(workloads, tmp_path, runner="cpu", replay_dataset=df)
+    with pytest.raises(ValueError, match="order must be one of"):
+        collect(workloads, tmp_path, replay_dataset=df, order="shuffled")
     with pytest.raises(ValueError, match="local cluster"):
         collect(workloads, tmp_path, scheduler="tcp://127.0.0.1:1", gpus=[0],
                 replay_dataset=df)

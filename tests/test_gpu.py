@@ -44,3 +44,33 @@ def test_measure_workload_records_every_config(name):
         assert m.rel_err <= fam.TOLERANCE[w.dtype]
         assert m.extra["ref_time_ms"] > 0
     assert sum(m.extra["retime_ms"] == m.extra["retime_ms"] for m in ok) >= 1
+
+
+def test_settle_memory_places_a_workload_the_same_whatever_ran_before(monkeypatch):
+    """With settle (the default) a workload's buffers land at the same address after any
+    earlier workload of the process, so its rows don't depend on a worker's share of the
+    queue; experiments/placement_noise.py measures what that does to the timings."""
+    from costtune.measure.gpu import measure_workload
+
+    fam = get_family("softmax")
+    make = fam.make_inputs
+    addresses = []
+
+    def spy(*args, **kwargs):
+        out = make(*args, **kwargs)
+        addresses.append(out["x"].data_ptr())
+        return out
+
+    target = Workload("softmax", {"rows": 256, "cols": 91}, "float16")
+    configs = fam.config_space(target.sizes).sample(2, seed=0)
+    before = [None, Workload("softmax", {"rows": 4096, "cols": 4096}, "float16"),
+              Workload("gemm", {"M": 512, "N": 768, "K": 256}, "float16")]
+    for other in before:
+        if other is not None:
+            space = get_family(other.kernel).config_space(other.sizes)
+            measure_workload(other, space.sample(2, seed=0), reps=2, workers=0)
+        monkeypatch.setattr(fam, "make_inputs", spy)
+        ms = measure_workload(target, configs, reps=2, workers=0)
+        monkeypatch.setattr(fam, "make_inputs", make)
+        assert any(m.status is Status.OK for m in ms), [m.error for m in ms]
+    assert len(addresses) == 3 and len(set(addresses)) == 1, addresses

@@ -12,6 +12,7 @@ workload's best, and the reference op anchors runs made on different days.
 
 from __future__ import annotations
 
+import functools
 import random
 import statistics
 import time
@@ -44,12 +45,14 @@ def make_flush_buffer(device: Any = None):
     return torch.empty(max(2 * l2, 64 * 2**20), dtype=torch.int8, device=device)
 
 
-def time_graph(fn: Callable[[], Any], *, reps: int, flush) -> tuple[list[float], str]:
+def time_graph(fn: Callable[[], Any], *, reps: int, flush, stream: Any = None
+               ) -> tuple[list[float], str]:
     """Per-rep GPU times (ms) of ``fn`` from one CUDA graph; falls back to eager launches with
-    the same flush and events when ``fn`` can't be captured. Returns (times, method)."""
+    the same flush and events when ``fn`` can't be captured. Returns (times, method).
+    ``stream``: where ``fn`` is warmed up before capture (default: a stream from torch's pool)."""
     import torch
 
-    side = torch.cuda.Stream()
+    side = stream if stream is not None else torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         fn()  # lazy init and allocator warm-up must happen outside capture
@@ -84,6 +87,44 @@ def time_graph(fn: Callable[[], Any], *, reps: int, flush) -> tuple[list[float],
     return [s.elapsed_time(e) for s, e in zip(starts, ends)], "eager"
 
 
+def settle_memory(device: Any) -> Any:
+    """Make a workload's GPU buffers land where they would in a fresh process.
+
+    The caching allocator hands a workload the blocks the previous workloads freed, so without
+    this a buffer's address depends on what the process measured before (which a Dask
+    worker's share of the queue decides); runs that split the queue alike agree better than
+    runs that don't, by ~1% of a config's time (experiments/NOTES.md, fifth session).
+    The first call sets up the libraries' persistent workspaces (cuBLAS on the default, the
+    warm-up and the graph-capture streams) in a fixed order; every call then returns all
+    cached blocks to the driver. Returns the warm-up stream for ``time_graph``."""
+    import torch
+
+    side = _primed_stream(torch.device(device).index)
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    return side
+
+
+@functools.cache  # once per process and device
+def _primed_stream(index: int) -> Any:
+    import torch
+
+    side = torch.cuda.Stream(device=index)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        a = torch.ones(64, 64, dtype=dtype, device=index)
+        a @ a
+        side.wait_stream(torch.cuda.current_stream(index))
+        with torch.cuda.stream(side):
+            a @ a
+        torch.cuda.current_stream(index).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            a @ a
+        del graph
+    torch.cuda.synchronize(index)
+    return side
+
+
 def _context_alive() -> bool:
     import torch
 
@@ -95,8 +136,8 @@ def _context_alive() -> bool:
         return False
 
 
-def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol: float
-                   ) -> dict[str, Any]:
+def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol: float,
+                   stream: Any = None) -> dict[str, Any]:
     """Run one config once against the reference, then time it if correct.
 
     Returns the Measurement fields as a dict; raises ContextLost when the launch broke CUDA.
@@ -126,7 +167,8 @@ def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol
         return {"status": Status.WRONG_RESULT, "rel_err": err, "extra": {"load_s": load_s},
                 "error": f"relative error {err:.3g} > tolerance {tol:.3g}"}
     t1 = time.perf_counter()
-    times, method = time_graph(lambda: family.launch(inputs, config), reps=reps, flush=flush)
+    times, method = time_graph(lambda: family.launch(inputs, config), reps=reps, flush=flush,
+                               stream=stream)
     return {"status": Status.OK, "rel_err": err, "time_ms": statistics.median(times),
             "time_p20_ms": _quantile(times, 0.2), "time_p80_ms": _quantile(times, 0.8),
             "extra": {"timing": method, "load_s": load_s,
@@ -136,19 +178,23 @@ def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol
 def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 10,
                      retime_fraction: float = 0.05, seed: int = 0, workers: int | None = None,
                      extra: dict[str, Any] | None = None,
-                     progress: Callable[[Measurement], None] | None = None) -> list[Measurement]:
+                     progress: Callable[[Measurement], None] | None = None,
+                     settle: bool = True) -> list[Measurement]:
     """Measure every config of one workload in one uninterrupted run on the current GPU.
 
     Compiles in parallel (timing each config once its compile is done, while the later ones
     still compile), checks each config's output, times the correct ones, re-times a
     random ``retime_fraction`` of them in a second pass (``retime_ms``), and times the torch
     equivalent (``ref_time_ms``). Failures come back as Measurements with a status.
+    ``settle`` (default): start from ``settle_memory``, so the workload's buffers and rows do
+    not depend on what this process measured before; False keeps the allocator's cache.
     """
     import torch
 
     family = get_family(workload.kernel)
     t_setup = time.perf_counter()
     device = torch.device("cuda", torch.cuda.current_device())
+    stream = settle_memory(device) if settle else None
     inputs = family.make_inputs(workload.sizes, workload.dtype, seed=seed, device=device)
     order = list(configs)
     random.Random(seed).shuffle(order)  # spread slow drift (clocks, heat) over the space
@@ -165,7 +211,8 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
                   "gpu": torch.cuda.get_device_name(device), **(extra or {})}
         t0 = time.perf_counter()
         setup_wall = t0 - t_setup - inline_compile  # inputs, reference output, flush buffer
-        ref_times, _ = time_graph(lambda: family.torch_op(inputs), reps=reps, flush=flush)
+        ref_times, _ = time_graph(lambda: family.torch_op(inputs), reps=reps, flush=flush,
+                                  stream=stream)
         common["ref_time_ms"] = statistics.median(ref_times)
 
         waited = 0.0  # this process waiting for a config's compile (the GPU idle)
@@ -179,7 +226,7 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
                                 error=comp.error, extra=dict(common))
             else:
                 fields = check_and_time(family, inputs, ref, config, reps=reps, flush=flush,
-                                        tol=tol)
+                                        tol=tol, stream=stream)
                 m = Measurement(workload, config, fields.pop("status"), compile_s=comp.seconds,
                                 extra={**common, **fields.pop("extra", {})}, **fields)
             results[config.key] = m
@@ -197,7 +244,7 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
         n_retime = max(1, n_retime)  # every workload gets at least one noise sample
     for key in rng.sample(ok, min(len(ok), n_retime)):
         times, _ = time_graph(lambda c=results[key].config: family.launch(inputs, c), reps=reps,
-                              flush=flush)
+                              flush=flush, stream=stream)
         results[key].extra["retime_ms"] = statistics.median(times)
     wall = time.perf_counter() - t0
     for m in results.values():
