@@ -248,3 +248,36 @@ def test_time_budget_stops_submitting_new_workloads(client, mini, tmp_path):
     assert summary["stopped_early"] and 2 <= summary["workloads"] < 6
     rest = collect(workloads, tmp_path, scheduler=client, replay_dataset=df)
     assert rest["workloads"] == 6 - summary["workloads"]
+
+
+def _script(name: str):
+    import importlib.util
+    import sys
+
+    path = REPO / "experiments" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dask_scaling_solves_each_runs_own_noise():
+    """The three-cornered hat: from pairwise differences alone it finds which run is noisy."""
+    import numpy as np
+
+    script = _script("dask_scaling")
+    rng = np.random.default_rng(0)
+    n = 20_000
+    truth = np.exp(rng.uniform(-5, 0, n))
+    sd = {"1gpu": 0.004, "2gpu": 0.012, "1gpu_b": 0.006}
+    runs = {k: pd.DataFrame({"workload": "w", "config": np.arange(n).astype(str), "status": "ok",
+                             "time_ms": truth * np.exp(rng.normal(0, s, n))})
+            for k, s in sd.items()}
+    runs["2gpu"].loc[:9, "status"] = "compile_error"  # failed rows are left out of the pairs
+    pairs, own = script.own_noise(runs)
+    assert len(pairs) == 3 and set(own) == set(sd)
+    assert pairs["configs"].tolist() == [n - 10, n, n - 10]
+    for k, s in sd.items():
+        assert own[k] == pytest.approx(s, rel=0.1), (k, own)
+    assert script.own_noise({k: runs[k] for k in ("1gpu", "2gpu")})[1] == {}  # two: unsolvable
