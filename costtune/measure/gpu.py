@@ -88,7 +88,7 @@ def time_graph(fn: Callable[[], Any], *, reps: int, flush, stream: Any = None
 
 
 def settle_memory(device: Any) -> Any:
-    """Make a workload's GPU buffers land where they would in a fresh process.
+    """Make a workload's GPU buffers land in the same places whatever this process ran before.
 
     The caching allocator hands a workload the blocks the previous workloads freed, so without
     this a buffer's address depends on what the process measured before (which a Dask
