@@ -16,6 +16,7 @@ only, writes to a temp folder, and its numbers are never a result.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import shlex
@@ -25,6 +26,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 import costtune
@@ -104,10 +106,6 @@ def own_noise(runs: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, dict[str, fl
     run's own per-config noise, from the pairs' robust variances ((p90 / 1.645)^2 = s_a^2 +
     s_b^2, solved by least squares over all pairs: the three-cornered hat of clock metrology).
     A run whose own noise stands out is the noisy one, whichever run it is compared with."""
-    import itertools
-
-    import numpy as np
-
     names = list(runs)
     logs = {}
     for name, rows in runs.items():
@@ -375,12 +373,12 @@ def main() -> None:
         if args.noise_run and "1" not in args.extra_runs:
             args.extra_runs = ["1", *args.extra_runs]
         extra: dict[str, tuple] = {}  # label -> run: "1gpu_b", "2gpu_b", "1gpu_shuffled", ...
+        seen: dict[str, int] = {}  # extra runs so far per spec
         for spec in args.extra_runs:
             n, shuffled = int(spec.rstrip("s")), spec.endswith("s")
-            same = sum(k.startswith(f"{n}gpu_") and k.endswith("shuffled") == shuffled
-                       for k in extra)
-            tag = (f"_shuffled{same + 1 if same else ''}" if shuffled
-                   else "_" + "bcdefgh"[same])
+            same = seen[spec] = seen.get(spec, 0) + 1
+            tag = (f"_shuffled{same if same > 1 else ''}" if shuffled
+                   else "_" + "bcdefgh"[same - 1])
             todo = list(workloads)
             if shuffled:
                 random.Random(args.seed + len(extra) + 1).shuffle(todo)
