@@ -12,6 +12,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import cache
@@ -76,6 +77,42 @@ def cpu_topology() -> dict[str, int]:
         except OSError:
             cores.add(str(cpu))
     return {"logical": len(cpus), "physical": len(cores)}
+
+
+_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def host_cpu_times(path: str | os.PathLike = "/proc/stat") -> dict[str, float] | None:
+    """The host's CPU time so far (seconds summed over CPUs, from Linux's /proc/stat) and a
+    monotonic ``at``; None where there is no such file. Two readings give ``host_cpu_use``."""
+    try:
+        first = Path(path).read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if not first or first[0] != "cpu" or len(first) < 9:
+        raise ValueError(f"{path}: first line is not the aggregate 'cpu' line: {first[:3]}")
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {name: int(v) / tick for name, v in zip(_CPU_FIELDS, first[1:9])}
+    out["at"] = time.monotonic()
+    return out
+
+
+def host_cpu_use(before: dict[str, float] | None, after: dict[str, float] | None
+                 ) -> dict[str, float]:
+    """What the host's CPUs did between two ``host_cpu_times`` readings: busy CPUs on average
+    (user, nice, system, irq, softirq), of which niced (processes at nice > 0, such as the
+    compile pools), and steal (time the hypervisor ran something else while a CPU of this
+    machine wanted to run) as a share of all CPU time. Empty where either reading is None."""
+    if before is None or after is None:
+        return {}
+    wall = after["at"] - before["at"]
+    if wall <= 0:
+        raise ValueError(f"host_cpu_use: readings out of order ({wall:.3f} s apart)")
+    d = {k: after[k] - before[k] for k in _CPU_FIELDS}
+    total = sum(d.values())
+    busy = d["user"] + d["nice"] + d["system"] + d["irq"] + d["softirq"]
+    return {"wall_s": wall, "busy_cpus": busy / wall, "niced_cpus": d["nice"] / wall,
+            "steal_share": d["steal"] / total if total > 0 else float("nan")}
 
 
 def sm_clock_reader(device: int | str | None = None) -> Callable[[], int | None]:

@@ -32,7 +32,7 @@ import pandas as pd
 import costtune
 from costtune.collect import suite_workloads
 from costtune.distributed import collect_dask
-from costtune.env import cpu_topology
+from costtune.env import cpu_topology, host_cpu_times, host_cpu_use
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATASET = Path(__file__).resolve().parents[1] / "datasets" / "h200"
@@ -61,7 +61,9 @@ def run(workloads, n_gpus: int, args, work: Path, *, tag: str = "",
     else:  # a cold cache per run: both runs pay the same compiles
         cache = cache_of or f"{n_gpus}gpu{tag}"
         kw.update(worker_env={"TRITON_CACHE_DIR": str(work / f"triton_{cache}")})
+    before = host_cpu_times()
     summary = collect_dask(workloads, store, **kw)
+    summary["host_cpu"] = host_cpu_use(before, host_cpu_times())
     metas = [store.part_meta(p) for p in store.parts()]
     device = {m["workload"]: m.get("cuda_visible_devices") for m in metas}
     rows = store.load()
@@ -125,6 +127,47 @@ def own_noise(runs: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, dict[str, fl
     return pd.DataFrame(pairs), own
 
 
+def _ready(barrier) -> int:
+    barrier.wait(timeout=120)  # returns once all k processes hold one task each
+    return os.getpid()
+
+
+def _spin(start_at: float, seconds: float) -> float:
+    """Pure-Python work from ``start_at`` for ``seconds`` (wall); returns loops per second."""
+    while time.time() < start_at:
+        time.sleep(0.001)
+    n, x, end = 0, 0, start_at + seconds
+    while time.time() < end:
+        for i in range(1000):
+            x ^= i * i
+        n += 1
+    return n / seconds
+
+
+def cpu_probe(levels: list[int], seconds: float = 3.0) -> pd.DataFrame:
+    """The host's CPU throughput with 1, ..., k busy processes at once: each level runs k
+    spawned processes of the same pure-Python loop for ``seconds``, started together. A
+    process's rate falling with k is the contention (shared cores, another tenant) that slows
+    every CPU-side part of a task when more GPU workers and their compile pools run."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    out = []
+    ctx = multiprocessing.get_context("spawn")
+    for k in levels:
+        with ctx.Manager() as manager, ProcessPoolExecutor(k, mp_context=ctx) as pool:
+            # every process up, this module imported, before the clock starts
+            assert len(set(pool.map(_ready, [manager.Barrier(k)] * k))) == k
+            start_at = time.time() + 0.5
+            rates = list(pool.map(_spin, [start_at] * k, [seconds] * k))
+        out.append({"processes": k, "per_process": float(np.mean(rates)),
+                    "slowest": float(np.min(rates))})
+    df = pd.DataFrame(out)
+    base = df["per_process"].iloc[0]
+    return df.assign(per_process_vs_first=df["per_process"] / base,
+                     total_vs_first=df["per_process"] * df["processes"] / base)
+
+
 def fixed_compile_workers(args) -> int:
     """Compile processes per GPU worker in both runs: --compile-workers, else this host's
     usable cores / --gpus."""
@@ -181,7 +224,8 @@ def dataset_retime_p90() -> float | None:
 def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90,
            warm_s: float = float("nan"), between: dict | None = None,
            run_noise: tuple[pd.DataFrame, dict[str, float]] | None = None,
-           other_order: dict | None = None) -> str:
+           other_order: dict | None = None, host: dict[str, dict] | None = None,
+           probe: pd.DataFrame | None = None) -> str:
     (rows1, s1, meta1), (rows_n, sn, meta_n) = runs
     split1, split_n = wall_split(rows1), wall_split(rows_n)
     topo = cpu_topology()
@@ -247,6 +291,7 @@ def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90,
         "worker's first task, returning rows). A GPU worker does one part after the other, "
         "so with compiles bound by the CPU, more GPUs help only as far as the CPU scales.",
         "",
+        *host_lines(host, probe),
         f"**Speed-up {speedup:.2f}x** on collection time (goal >= {GOAL}x: "
         f"{'met' if speedup >= GOAL else 'NOT met'}); end to end with cluster start "
         f"{s1['seconds'] / sn['seconds']:.2f}x.",
@@ -305,6 +350,29 @@ def report(args, workloads, runs, per: pd.DataFrame, stats: dict, retime_p90,
     return "\n".join(lines) + "\n"
 
 
+def host_lines(host: dict[str, dict] | None, probe: pd.DataFrame | None) -> list[str]:
+    """The report's host CPU tables: what the CPUs did during each run, and the probe."""
+    lines = []
+    if host and any(host.values()):
+        lines += [
+            "Host CPU during each run (/proc/stat from cluster start to the last row): busy "
+            "CPUs on average, of which niced (the compile pools run at nice 5), and steal (CPU "
+            "time this machine wanted but the hypervisor gave to something else).", "",
+            "| run | wall s | busy CPUs | of which niced | steal |", "|---|---|---|---|---|",
+            *(f"| {k} | {u['wall_s']:.1f} | {u['busy_cpus']:.1f} | {u['niced_cpus']:.1f} | "
+              f"{u['steal_share']:.1%} |" for k, u in host.items() if u), ""]
+    if probe is not None and len(probe):
+        lines += [
+            "Host CPU probe before the runs (k spawned processes of one pure-Python loop, "
+            "started together; rates relative to one process alone): a rate that falls with k "
+            "is contention every CPU-side part of a task meets when more workers run.", "",
+            "| processes | per-process rate | slowest process | total |", "|---|---|---|---|",
+            *(f"| {r.processes} | {r.per_process_vs_first:.2f} | "
+              f"{r.slowest / probe['per_process'].iloc[0]:.2f} | {r.total_vs_first:.1f} |"
+              for r in probe.itertuples()), ""]
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("specs", nargs="*", default=None, help="kernel:suite pairs")
@@ -333,6 +401,9 @@ def main() -> None:
                     "seeded shuffled order (1s: the noise between two 1-GPU runs whose "
                     "workers measured different sequences); with three or more runs the "
                     "report solves each run's own noise")
+    ap.add_argument("--cpu-probe", action="store_true",
+                    help="first measure the host's per-process CPU rate with 1, one GPU "
+                    "worker's, all GPU workers' and all cores' worth of busy processes")
     ap.add_argument("--dry-run", action="store_true", help="replay + sleep on CPU (plumbing)")
     ap.add_argument("--dry-sleep", type=float, default=1.0, help="seconds per replayed task")
     args = ap.parse_args()
@@ -359,6 +430,13 @@ def main() -> None:
     def save(rows: pd.DataFrame, label: str) -> None:  # each run's rows as soon as it ends
         rows.to_parquet(out / f"{name}_rows_{label}.parquet", index=False)
 
+    probe = None
+    if args.cpu_probe:
+        per_gpu = fixed_compile_workers(args) + 1  # a GPU worker and its compile pool
+        cores = len(os.sched_getaffinity(0))
+        probe = cpu_probe(sorted({1, per_gpu, args.gpus * per_gpu, cores}))
+        probe.to_csv(out / f"{name}_cpu_probe.csv", index=False)
+        print(probe.to_string(index=False), flush=True)
     with tempfile.TemporaryDirectory(prefix="dask_scaling_") as tmp:
         warm_s = float("nan")
         if args.triton_cache == "warm" and not args.dry_run:
@@ -396,7 +474,10 @@ def main() -> None:
     per, stats = agreement(one, many)
     every = {"1gpu": one, f"{args.gpus}gpu": many, **{k: v[0] for k, v in extra.items()}}
     text = report(args, workloads, runs, per, stats, dataset_retime_p90(), warm_s, between,
-                  own_noise(every), other_order)
+                  own_noise(every), other_order,
+                  {"1 GPU": runs[0][1].get("host_cpu"),
+                   f"{args.gpus} GPUs": runs[1][1].get("host_cpu"),
+                   **{k: v[1].get("host_cpu") for k, v in extra.items()}}, probe)
     (out / f"{name}.md").write_text(text)
     meta = runs[1][2]
     per.assign(dry_run=args.dry_run, n_gpus=args.gpus, gpu=meta.get("gpu"),

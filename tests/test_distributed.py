@@ -281,3 +281,19 @@ def test_dask_scaling_solves_each_runs_own_noise():
     for k, s in sd.items():
         assert own[k] == pytest.approx(s, rel=0.1), (k, own)
     assert script.own_noise({k: runs[k] for k in ("1gpu", "2gpu")})[1] == {}  # two: unsolvable
+
+
+def test_dask_scaling_cpu_probe_rates_every_level_against_one_process(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # spawned processes import it
+    script = _script("dask_scaling")
+    probe = script.cpu_probe([1, 2], seconds=0.3)
+    assert probe["processes"].tolist() == [1, 2]
+    assert probe["per_process_vs_first"].iloc[0] == 1.0
+    assert (probe["per_process"] > 0).all() and (probe["slowest"] <= probe["per_process"]).all()
+    second = probe.iloc[1]
+    assert second["total_vs_first"] == pytest.approx(2 * second["per_process_vs_first"])
+    text = "\n".join(script.host_lines({"1 GPU": {"wall_s": 10.0, "busy_cpus": 9.2,
+                                                  "niced_cpus": 8.1, "steal_share": 0.031},
+                                        "2 GPUs": {}}, probe))
+    assert "| 1 GPU | 10.0 | 9.2 | 8.1 | 3.1% |" in text and "| 2 GPUs |" not in text
+    assert "| 2 | " in text

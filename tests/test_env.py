@@ -1,9 +1,12 @@
-"""Provenance: which commit a measurement was made with."""
+"""Provenance: which commit a measurement was made with, and what the host's CPUs did."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from costtune.env import git_state
 
@@ -47,7 +50,6 @@ def _fake_smi(tmp_path: Path, body: str) -> str:
 
 
 def test_sm_clock_reader_does_not_wait(monkeypatch, tmp_path):
-    import os
     import time
 
     from costtune.env import sm_clock_mhz, sm_clock_reader
@@ -63,3 +65,28 @@ def test_sm_clock_reader_does_not_wait(monkeypatch, tmp_path):
     assert sm_clock_reader(0)() is None and sm_clock_mhz(0) is None
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no nvidia-smi at all
     assert sm_clock_reader(0)() is None
+
+
+def test_host_cpu_use_reads_busy_niced_and_steal_from_proc_stat(tmp_path):
+    from costtune.env import host_cpu_times, host_cpu_use
+
+    tick = os.sysconf("SC_CLK_TCK")
+    stat = tmp_path / "stat"
+    #                 user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  1000 2000 300 9000 50 10 20 100 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    before = host_cpu_times(stat)
+    assert before["nice"] == pytest.approx(2000 / tick) and before["steal"] == 100 / tick
+    after = {**before, "at": before["at"] + 2.0, "user": before["user"] + 3.0,
+             "nice": before["nice"] + 8.0, "system": before["system"] + 1.0,
+             "idle": before["idle"] + 6.0, "steal": before["steal"] + 2.0}
+    use = host_cpu_use(before, after)
+    assert use["busy_cpus"] == pytest.approx(6.0)  # (3 + 8 + 1) CPU-seconds over 2 s
+    assert use["niced_cpus"] == pytest.approx(4.0)
+    assert use["steal_share"] == pytest.approx(2.0 / 20.0)
+    assert host_cpu_use(None, after) == {}
+    assert host_cpu_times(tmp_path / "absent") is None  # not Linux: no reading, no error
+    with pytest.raises(ValueError, match="readings out of order"):
+        host_cpu_use(after, before)
+    stat.write_text("intr 1 2 3\n")
+    with pytest.raises(ValueError, match="aggregate 'cpu' line"):
+        host_cpu_times(stat)
