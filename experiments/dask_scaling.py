@@ -148,22 +148,24 @@ def cpu_probe(levels: list[int], seconds: float = 3.0) -> pd.DataFrame:
     """The host's CPU throughput with 1, ..., k busy processes at once: each level runs k
     spawned processes of the same pure-Python loop for ``seconds``, started together. A
     process's rate falling with k is the contention (shared cores, another tenant) that slows
-    every CPU-side part of a task when more GPU workers and their compile pools run."""
+    every CPU-side part of a task when more GPU workers and their compile pools run. The first
+    level runs again at the end (``repeat``) and rates are relative to the mean of its two
+    runs, so a drifting host shows as two different baselines."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     out = []
     ctx = multiprocessing.get_context("spawn")
-    for k in levels:
+    for i, k in enumerate([*levels, levels[0]]):
         with ctx.Manager() as manager, ProcessPoolExecutor(k, mp_context=ctx) as pool:
             # every process up, this module imported, before the clock starts
             assert len(set(pool.map(_ready, [manager.Barrier(k)] * k))) == k
             start_at = time.time() + 0.5
             rates = list(pool.map(_spin, [start_at] * k, [seconds] * k))
-        out.append({"processes": k, "per_process": float(np.mean(rates)),
-                    "slowest": float(np.min(rates))})
+        out.append({"processes": k, "repeat": i == len(levels),
+                    "per_process": float(np.mean(rates)), "slowest": float(np.min(rates))})
     df = pd.DataFrame(out)
-    base = df["per_process"].iloc[0]
+    base = df["per_process"].iloc[[0, -1]].mean()
     return df.assign(per_process_vs_first=df["per_process"] / base,
                      total_vs_first=df["per_process"] * df["processes"] / base)
 
@@ -364,12 +366,14 @@ def host_lines(host: dict[str, dict] | None, probe: pd.DataFrame | None) -> list
     if probe is not None and len(probe):
         lines += [
             "Host CPU probe before the runs (k spawned processes of one pure-Python loop, "
-            "started together; rates relative to one process alone): a rate that falls with k "
+            "started together; rates relative to one process alone, the mean of a run first and "
+            "one last): a rate that falls with k "
             "is contention every CPU-side part of a task meets when more workers run.", "",
             "| processes | per-process rate | slowest process | total |", "|---|---|---|---|",
-            *(f"| {r.processes} | {r.per_process_vs_first:.2f} | "
-              f"{r.slowest / probe['per_process'].iloc[0]:.2f} | {r.total_vs_first:.1f} |"
-              for r in probe.itertuples()), ""]
+            *(f"| {r.processes}{' (again)' if r.repeat else ''} | "
+              f"{r.per_process_vs_first:.2f} | "
+              f"{r.slowest * r.per_process_vs_first / r.per_process:.2f} | "
+              f"{r.total_vs_first:.1f} |" for r in probe.itertuples()), ""]
     return lines
 
 

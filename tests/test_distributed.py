@@ -287,8 +287,9 @@ def test_dask_scaling_cpu_probe_rates_every_level_against_one_process(monkeypatc
     monkeypatch.syspath_prepend(str(REPO / "experiments"))  # spawned processes import it
     script = _script("dask_scaling")
     probe = script.cpu_probe([1, 2], seconds=0.3)
-    assert probe["processes"].tolist() == [1, 2]
-    assert probe["per_process_vs_first"].iloc[0] == 1.0
+    assert probe["processes"].tolist() == [1, 2, 1]  # the first level again at the end
+    assert probe["repeat"].tolist() == [False, False, True]
+    assert probe["per_process_vs_first"].iloc[[0, 2]].mean() == pytest.approx(1.0)
     assert (probe["per_process"] > 0).all() and (probe["slowest"] <= probe["per_process"]).all()
     second = probe.iloc[1]
     assert second["total_vs_first"] == pytest.approx(2 * second["per_process_vs_first"])
@@ -296,4 +297,4 @@ def test_dask_scaling_cpu_probe_rates_every_level_against_one_process(monkeypatc
                                                   "niced_cpus": 8.1, "steal_share": 0.031},
                                         "2 GPUs": {}}, probe))
     assert "| 1 GPU | 10.0 | 9.2 | 8.1 | 3.1% |" in text and "| 2 GPUs |" not in text
-    assert "| 2 | " in text
+    assert "| 2 | " in text and "| 1 (again) | " in text
