@@ -82,17 +82,17 @@ def cpu_topology() -> dict[str, int]:
 _CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
-def host_cpu_times(path: str | os.PathLike = "/proc/stat") -> dict[str, float] | None:
-    """The host's CPU time so far (seconds summed over CPUs, from Linux's /proc/stat) and a
-    monotonic ``at``; None where there is no such file. Two readings give ``host_cpu_use``."""
+def host_cpu_times() -> dict[str, float] | None:
+    """The host's CPU time so far (seconds summed over CPUs, ``psutil.cpu_times``: /proc/stat
+    on Linux; fields a platform lacks read 0) and a monotonic ``at``; None where it cannot be
+    read. Two readings give ``host_cpu_use``."""
+    import psutil
+
     try:
-        first = Path(path).read_text().splitlines()[0].split()
-    except (OSError, IndexError):
+        times = psutil.cpu_times()
+    except OSError:
         return None
-    if not first or first[0] != "cpu" or len(first) < 9:
-        raise ValueError(f"{path}: first line is not the aggregate 'cpu' line: {first[:3]}")
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {name: int(v) / tick for name, v in zip(_CPU_FIELDS, first[1:9])}
+    out = {name: float(getattr(times, name, 0.0)) for name in _CPU_FIELDS}
     out["at"] = time.monotonic()
     return out
 

@@ -159,7 +159,9 @@ def cpu_probe(levels: list[int], seconds: float = 3.0) -> pd.DataFrame:
     for i, k in enumerate([*levels, levels[0]]):
         with ctx.Manager() as manager, ProcessPoolExecutor(k, mp_context=ctx) as pool:
             # every process up, this module imported, before the clock starts
-            assert len(set(pool.map(_ready, [manager.Barrier(k)] * k))) == k
+            pids = set(pool.map(_ready, [manager.Barrier(k)] * k))
+            if len(pids) != k:
+                raise RuntimeError(f"cpu_probe: {len(pids)} of {k} processes came up")
             start_at = time.time() + 0.5
             rates = list(pool.map(_spin, [start_at] * k, [seconds] * k))
         out.append({"processes": k, "repeat": i == len(levels),
@@ -167,6 +169,7 @@ def cpu_probe(levels: list[int], seconds: float = 3.0) -> pd.DataFrame:
     df = pd.DataFrame(out)
     base = df["per_process"].iloc[[0, -1]].mean()
     return df.assign(per_process_vs_first=df["per_process"] / base,
+                     slowest_vs_first=df["slowest"] / base,
                      total_vs_first=df["per_process"] * df["processes"] / base)
 
 
@@ -371,8 +374,7 @@ def host_lines(host: dict[str, dict] | None, probe: pd.DataFrame | None) -> list
             "is contention every CPU-side part of a task meets when more workers run.", "",
             "| processes | per-process rate | slowest process | total |", "|---|---|---|---|",
             *(f"| {r.processes}{' (again)' if r.repeat else ''} | "
-              f"{r.per_process_vs_first:.2f} | "
-              f"{r.slowest * r.per_process_vs_first / r.per_process:.2f} | "
+              f"{r.per_process_vs_first:.2f} | {r.slowest_vs_first:.2f} | "
               f"{r.total_vs_first:.1f} |" for r in probe.itertuples()), ""]
     return lines
 

@@ -92,8 +92,9 @@ def settle_memory(device: Any) -> Any:
 
     The caching allocator hands a workload the blocks the previous workloads freed, so without
     this a buffer's address depends on what the process measured before (which a Dask
-    worker's share of the queue decides); runs that split the queue alike agree better than
-    runs that don't, by ~1% of a config's time (experiments/NOTES.md, fifth session).
+    worker's share of the queue decides). Runs that split the queue alike agree better than
+    runs that don't, by ~1% of a config's time, and this does not remove that (measured:
+    experiments/NOTES.md, sixth session): the buffers' placement is not what carries it.
     The first call sets up the libraries' persistent workspaces (cuBLAS on the default, the
     warm-up and the graph-capture streams) in a fixed order; every call then returns all
     cached blocks to the driver. Returns the warm-up stream for ``time_graph``."""
@@ -186,8 +187,8 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
     still compile), checks each config's output, times the correct ones, re-times a
     random ``retime_fraction`` of them in a second pass (``retime_ms``), and times the torch
     equivalent (``ref_time_ms``). Failures come back as Measurements with a status.
-    ``settle`` (default): start from ``settle_memory``, so the workload's buffers and rows do
-    not depend on what this process measured before; False keeps the allocator's cache.
+    ``settle`` (default): start from ``settle_memory``, so the workload's buffers land in the
+    same places whatever this process measured before; False keeps the allocator's cache.
     """
     import torch
 

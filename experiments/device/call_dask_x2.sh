@@ -6,7 +6,8 @@
 #       carry=[".whl"])
 # $1: compile processes per GPU worker (fixed in both runs); then cache modes (default: warm
 # cold); DASK_FLAGS adds flags to every dask_scaling.py run (e.g. --noise-run) and
-# SKIP_TESTS=1 skips the tests; DASK_TIMEOUT overrides each run's timeout. Everything lands in $OUT. (Earlier calls also ran experiments/compile_scaling.py and
+# SKIP_TESTS=1 skips the tests; DASK_TIMEOUT overrides each run's timeout. Everything lands
+# in $OUT. (Earlier calls also ran experiments/compile_scaling.py and
 # experiments/device/check_multi_gpu_meta.py.)
 set -u
 CW=${1:-8}
