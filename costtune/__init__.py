@@ -5,8 +5,7 @@ Heavy modules (torch, triton, xgboost, optuna) load on first use of the name tha
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from costtune._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -16,32 +15,20 @@ _EXPORTS = {
     "Workload": "costtune.types",
     "Measurement": "costtune.types",
     "Status": "costtune.types",
-    "ConfigSpace": "costtune.space",
-    "get_family": "costtune.kernels",
-    "load_dataset": "costtune.store",
-    "Store": "costtune.store",
+    "CosttuneWarning": "costtune.types",
+    "ConfigSpace": "costtune.space.config_space",
+    "get_family": "costtune.kernels.base",
+    "load_dataset": "costtune.store.dataset",
+    "Store": "costtune.store.dataset",
     "ReplayRunner": "costtune.measure.replay",
-    "prune_configs_by": "costtune.hook",
-    "autotune": "costtune.hook",
-    "harvest": "costtune.hook",
-    "CosttuneWarning": "costtune.hook",
-    "graph_bench": "costtune.hook_bench",
+    "graph_bench": "costtune.measure.bench",
+    "prune_configs_by": "costtune.tune.pruner",
+    "autotune": "costtune.tune.pruner",
+    "harvest": "costtune.tune.harvest",
     "CostModel": "costtune.model.xgb",
-    "collect_dask": "costtune.distributed",
-    "ConfigStudy": "costtune.search",
+    "collect_dask": "costtune.collect.dask",
+    "ConfigStudy": "costtune.search.study",
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'costtune' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports("costtune", _EXPORTS, globals())

@@ -1,4 +1,5 @@
-"""Plain values that flow through the pipeline: Config, Workload, Measurement, Status."""
+"""Plain values that flow through the pipeline: Config, Workload, Measurement, Status, and the
+warning class of costtune's fallbacks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from typing import Any
 
 # Launch options that triton.Config keeps outside its kwargs.
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
+
+
+class CosttuneWarning(UserWarning):
+    """A costtune fallback: more configs benchmarked than asked (or all), or a stage skipped."""
 
 
 class Status(str, enum.Enum):

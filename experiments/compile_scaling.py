@@ -31,7 +31,8 @@ def main() -> None:
 
     import torch
 
-    from costtune.compile import precompile, shutdown_pool
+    from costtune.build.pool import shutdown_pool
+    from costtune.build.workload import precompile
     from costtune.env import cpu_topology, environment
     from costtune.kernels import get_family
     from costtune.types import Status, Workload

@@ -31,7 +31,7 @@ import pandas as pd
 
 import costtune
 from costtune.collect import suite_workloads
-from costtune.distributed import collect_dask
+from costtune.collect.dask import collect_dask
 from costtune.env import cpu_topology, host_cpu_times, host_cpu_use
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -203,8 +203,9 @@ def wall_split(rows: pd.DataFrame) -> dict[str, float]:
 def fill_cache(workloads, args, work: Path) -> float:
     """--triton-cache warm: compile every workload's configs once into the cache both runs
     share (all of this host's cores); returns the seconds it took."""
+    from costtune.build.pool import shutdown_pool
+    from costtune.build.workload import precompile
     from costtune.collect import workload_configs
-    from costtune.compile import precompile, shutdown_pool
     from costtune.kernels import get_family
 
     start = time.perf_counter()

@@ -27,10 +27,10 @@ from sklearn.base import clone
 from sklearn.model_selection import GroupKFold
 
 import costtune
+from costtune.evaluate.metrics import rankings_from_scores, topk_scores, topk_table
+from costtune.evaluate.protocols import shape_groups
 from costtune.kernels import FAMILIES
 from costtune.model import CostModel
-from costtune.model.evaluate import shape_groups
-from costtune.model.metrics import rankings_from_scores, topk_scores, topk_table
 
 ORDERS = ("score", "tiles", "score2+tiles", "score4+tiles")
 # The parameters that set a config's tile shape, per family (the rest: warps, stages, K step,

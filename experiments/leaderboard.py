@@ -17,7 +17,8 @@ import pandas as pd
 from report_header import provenance
 
 import costtune
-from costtune.model import CostModel, attach_features, leaderboard, plot_topk, topk_table
+from costtune.evaluate import leaderboard, plot_topk, topk_table
+from costtune.model import CostModel, attach_features
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KS = (1, 2, 4, 8, 16)

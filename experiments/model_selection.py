@@ -30,8 +30,9 @@ import pandas as pd
 from report_header import provenance
 
 import costtune
+from costtune.evaluate import evaluate
 from costtune.features import load_feature_tables
-from costtune.model import CostModel, evaluate
+from costtune.model import CostModel
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"

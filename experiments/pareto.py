@@ -29,6 +29,7 @@ import pandas as pd
 from report_header import provenance
 
 import costtune
+from costtune.evaluate import topk_scores, topk_table
 from costtune.model import (
     BestStaticList,
     CostModel,
@@ -36,8 +37,6 @@ from costtune.model import (
     TritonTutorialList,
     attach_features,
     expected_random_scores,
-    topk_scores,
-    topk_table,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"

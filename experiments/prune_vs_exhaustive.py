@@ -117,7 +117,7 @@ def estimate(run: Run, cores: int) -> float:
     if run.method in ("exhaustive", "tutorial"):
         n = run.n_space if run.method == "exhaustive" else 8
         return EST_START_S + n * (compile_s + EST_BENCH_S)
-    # Survivors compile in threads (costtune.hook_precompile), stage 2's shortlist too.
+    # Survivors compile in threads (costtune.tune.precompile), stage 2's shortlist too.
     k = min(run.k, run.n_space)
     est = EST_START_S + EST_PRUNE_S + k * EST_GRAPH_BENCH_S
     est += math.ceil(k / cores) * compile_s * EST_THREAD_SLOWDOWN
@@ -228,8 +228,8 @@ def run_one(run: Run, *, model: str, stage2_model: str | None, reps: int) -> dic
     from triton.runtime import driver
 
     from costtune.env import environment
-    from costtune.hook_bench import graph_bench
     from costtune.kernels import relative_error
+    from costtune.measure.bench import graph_bench
     from costtune.measure.gpu import make_flush_buffer, time_graph
     from costtune.types import Config
 
@@ -425,7 +425,7 @@ def check_models(args: argparse.Namespace) -> tuple[str | None, bool, str]:
 
 def stage2_name(args: argparse.Namespace) -> str:
     """--stage2-model, else the hook's default for --model."""
-    from costtune.hook_model import default_stage2
+    from costtune.tune.ranking import default_stage2
 
     return args.stage2_model or default_stage2(args.model)
 

@@ -1,7 +1,7 @@
 """Research question 3: how many measured training shapes does the cost model need?
 
 Per kernel family, trains on random subsets of n train-suite shapes (a shape's fp16 and bf16
-workloads go together) and scores on the full test suite with ``costtune.model.evaluate``
+workloads go together) and scores on the full test suite with ``costtune.evaluate.protocols``
 (protocol "split"); the best static list is refitted on the same subsets for comparison.
 Writes experiments/results/sample_efficiency.{md,csv,png}.
 
@@ -19,8 +19,9 @@ import pandas as pd
 from report_header import provenance
 
 import costtune
-from costtune.model import CostModel, evaluate
-from costtune.model.report import kernel_panels, save_panels, topk_panel
+from costtune.evaluate import evaluate
+from costtune.evaluate.report import kernel_panels, save_panels, topk_panel
+from costtune.model import CostModel
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KS = (1, 2, 4, 8, 16)

@@ -1,7 +1,7 @@
 """How fast does each search strategy find a workload's best config? Replay on CPU.
 
 For every test-suite shape (one dtype per shape) of the H200 dataset, each strategy searches the
-family's config space through ``costtune.search.ConfigStudy`` with a ``ReplayRunner``: each
+family's config space through ``costtune.search.study.ConfigStudy`` with a ``ReplayRunner``: each
 measured trial returns the recorded time. After k measured trials (k = 1..64) we record
 ``exhaustive best time / best time found`` (1.0 = the best config of the full sweep; 0 = no OK
 config yet). Strategies: random, TPE, CMA-ES, GP (Optuna samplers on the index space), model
@@ -29,9 +29,10 @@ import numpy as np
 import pandas as pd
 
 import costtune
-from costtune.model import CostModel, train_default
+from costtune.evaluate import train_default
+from costtune.model import CostModel
 from costtune.model.xgb import dataset_hash
-from costtune.search import ConfigStudy
+from costtune.search.study import ConfigStudy
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results"

@@ -1,7 +1,7 @@
 """Research question 2: do compiled features (registers, spills, PTX/SASS counts) help the model?
 
 Ablation ``xgb:static`` vs ``xgb:static+compiled`` (same parameters: rank:pairwise, 300 trees,
-per family) with ``costtune.model.evaluate`` under protocols "split" and "kfold", for each
+per family) with ``costtune.evaluate.protocols`` under protocols "split" and "kfold", for each
 family whose compiled features exist: ``<dataset>/features.parquet`` (all families) or
 ``<dataset>/features_<kernel>.parquet``. A family's table counts only when >= 90% of its rows
 compiled (an interrupted computation leaves rows with a tooling error, not a real one).
@@ -21,8 +21,9 @@ import pandas as pd
 from report_header import provenance
 
 import costtune
+from costtune.evaluate import evaluate
 from costtune.features import feature_table_paths
-from costtune.model import CostModel, evaluate
+from costtune.model import CostModel
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KS = (1, 2, 4, 8, 16)

@@ -1,6 +1,6 @@
 """Research question 4: does the cost model transfer to unseen shapes and unseen kernel families?
 
-Three protocols of ``costtune.model.evaluate``, same model parameters as the shipped model
+Three protocols of ``costtune.evaluate.protocols``, same model parameters as the shipped model
 (rank:pairwise, static features, 300 trees):
 
 - ``split``: train suite -> test suite (reference, as in leaderboard.md);
@@ -23,8 +23,9 @@ import pandas as pd
 from report_header import provenance
 
 import costtune
-from costtune.model import CostModel, evaluate
-from costtune.model.report import kernel_panels, save_panels, topk_panel
+from costtune.evaluate import evaluate
+from costtune.evaluate.report import kernel_panels, save_panels, topk_panel
+from costtune.model import CostModel
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KS = (1, 2, 4, 8, 16)
@@ -101,7 +102,7 @@ def main() -> None:
     md = ["# Transfer: unseen shapes and unseen kernel families", "",
           provenance(args.dataset, len(df)),
           f"- Measured: TenSet top-k score of `{MODEL}` (rank:pairwise, static features, "
-          f"{args.trees} trees) under three protocols of `costtune.model.evaluate`: "
+          f"{args.trees} trees) under three protocols of `costtune.evaluate.protocols`: "
           + "; ".join(f"`{p}` = {d}" for p, d in PROTOCOLS.items())
           + ". `split` scores the test suite only; `kfold` and `lofo` score every workload "
           "(train and test suites), each by a model that never saw its shape (kfold) or its "

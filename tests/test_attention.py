@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from costtune.hardware import H200
 from costtune.kernels import attention as at
 from costtune.kernels import relative_error
-from costtune.space import SM90_MAX_SHARED
 from costtune.types import Config
 
 
@@ -65,7 +65,7 @@ def test_causal_skips_blocks_past_the_diagonal():
 
 def test_causal_flag_survives_rebuild_from_shapes():
     # Compile workers rebuild inputs from specs; the flag must come back the same.
-    from costtune.compile import rebuild_inputs, tensor_specs
+    from costtune.build.workload import rebuild_inputs, tensor_specs
 
     for causal in (0, 1):
         inputs = at.make_inputs(prob(1, 1, 20, 64, causal), "float16")
@@ -111,7 +111,7 @@ def test_space_constraints_and_counts():
         assert 24 <= len(configs) <= 300
         for c in configs:
             smem = c["num_stages"] * c["BLOCK_N"] * p["D"] * 4 + c["BLOCK_M"] * p["D"] * 2
-            assert smem <= SM90_MAX_SHARED
+            assert smem <= H200.max_shared_per_block
     # D=128 drops the 4-stage BLOCK_N=128 configs; short sequences cap the blocks.
     assert at.config_space(prob(1, 1, 128, 128, 0)).violated(cfg(64, 128, stages=4)) == [
         "shared_memory_le_sm90"]

@@ -7,16 +7,13 @@ import json
 import pytest
 import torch
 
+import costtune.build.pool as compile_mod
 import costtune.collect as collect_mod
-import costtune.compile as compile_mod
-from costtune.compile import (
-    PendingCompiles,
-    classify_error,
-    precompile,
-    rebuild_inputs,
-    tensor_specs,
-)
-from costtune.store import Store
+import costtune.collect.local as local_mod
+from costtune.build.errors import classify_error
+from costtune.build.pool import PendingCompiles
+from costtune.build.workload import precompile, rebuild_inputs, tensor_specs
+from costtune.store.dataset import Store
 from costtune.types import Config, Measurement, Status, Workload
 
 
@@ -126,7 +123,7 @@ def _fake_collect_workload(calls):
 
 def test_collect_resumes_and_respects_the_budget(tmp_path, monkeypatch):
     calls: list = []
-    monkeypatch.setattr(collect_mod, "collect_workload", _fake_collect_workload(calls))
+    monkeypatch.setattr(local_mod, "collect_workload", _fake_collect_workload(calls))
     ws = collect_mod.suite_workloads("softmax", "test", ["float16"])[:3]
     store = Store(tmp_path)
     s1 = collect_mod.collect(ws[:2], store, max_configs=5, time_budget_s=None)
@@ -148,7 +145,7 @@ def test_collect_cli_reports_and_resumes(tmp_path, monkeypatch):
     from costtune.cli import app
 
     calls: list = []
-    monkeypatch.setattr(collect_mod, "collect_workload", _fake_collect_workload(calls))
+    monkeypatch.setattr(local_mod, "collect_workload", _fake_collect_workload(calls))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
@@ -199,7 +196,7 @@ def test_compile_lock_serializes_one_specialization_only(tmp_path, monkeypatch):
     import threading
     import time
 
-    from costtune.compile import compile_lock, specialization_key
+    from costtune.build.workload import compile_lock, specialization_key
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     cfg = {"BLOCK_N": 1024, "num_warps": 4}
@@ -241,7 +238,7 @@ def test_compile_lock_without_file_locks_compiles_anyway(tmp_path, monkeypatch):
     import errno
     import fcntl
 
-    from costtune.compile import compile_lock
+    from costtune.build.workload import compile_lock
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
 

@@ -17,9 +17,9 @@ import pytest
 from distributed import Client, LocalCluster
 
 from costtune.collect import workload_configs
-from costtune.distributed import collect_dask
+from costtune.collect.dask import collect_dask
 from costtune.measure.replay import ReplayRunner
-from costtune.store import Store, load_dataset
+from costtune.store.dataset import Store, load_dataset
 from costtune.types import Status
 
 REPO = Path(__file__).resolve().parents[1]
@@ -222,8 +222,9 @@ def test_cli_scheduler_reports_workers_without_a_gpu(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from costtune import cli
+    from costtune.cli.console import console
 
-    monkeypatch.setattr(cli.console, "width", 10_000)  # the summary JSON on one line
+    monkeypatch.setattr(console, "width", 10_000)  # the summary JSON on one line
 
     problems = tmp_path / "problems.json"
     problems.write_text(json.dumps([{"rows": 64, "cols": 128}, {"rows": 32, "cols": 256}]))

@@ -17,9 +17,9 @@ import torch
 import triton
 import triton.language as tl
 
+from costtune.build.asm import ptx_counts, sass_counts
+from costtune.build.pool import get_pool as _pool
 from costtune.features import COMPILED_FEATURES, compiled_features, specialize
-from costtune.features.asm import ptx_counts, sass_counts
-from costtune.features.compiled import _pool
 from costtune.kernels import KernelCall
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200_resources.json"

@@ -173,7 +173,7 @@ def test_compute_features_writes_a_joinable_table(tmp_path):
     import pyarrow.parquet as pq
 
     from costtune.features import KEY_COLUMNS, compute_features
-    from costtune.store import Store
+    from costtune.store.dataset import Store
 
     store = Store(tmp_path / "h200")
     for kernel, row in (("gemm", GEMM), ("softmax", SOFTMAX)):

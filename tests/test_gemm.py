@@ -8,8 +8,8 @@ import pytest
 import torch
 import triton
 
+from costtune.hardware import H200
 from costtune.kernels import gemm, relative_error
-from costtune.space import SM90_MAX_SHARED
 from costtune.types import Config
 
 # On a GPU machine the same tests run compiled; on CPU conftest turns the interpreter on.
@@ -178,7 +178,7 @@ def test_default_space_constraints():
     for c in space:
         d = c.as_dict()
         smem = d["num_stages"] * (d["BLOCK_M"] + d["BLOCK_N"]) * d["BLOCK_K"] * 2
-        assert smem <= SM90_MAX_SHARED
+        assert smem <= H200.max_shared_per_block
         assert d["BLOCK_M"] * d["BLOCK_N"] <= 128 * 32 * d["num_warps"]
     assert not space.is_valid(cfg(256, 256, 32, warps=8))  # 256 accumulators per thread
     assert space.violated(cfg(256, 256, 128, warps=8, stages=5)) == [

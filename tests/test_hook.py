@@ -17,10 +17,10 @@ import triton
 import triton.language as tl
 
 import costtune
-from costtune.hook import CosttuneWarning, keep_count
 from costtune.kernels import gemm, relative_error
 from costtune.model.features import config_rows
 from costtune.model.xgb import CostModel
+from costtune.tune.pruner import CosttuneWarning, keep_count
 from costtune.types import Config
 
 DATASET = Path(__file__).resolve().parents[1] / "datasets" / "h200"
@@ -147,7 +147,7 @@ def test_fallbacks_warn_once_and_keep_tuning(case, model, model_path, tmp_path, 
     if case == "missing_model":
         options["model"], expect = tmp_path / "absent", len(SMALL)
     elif case == "other_gpu":
-        monkeypatch.setattr("costtune.hook_model.current_gpu", lambda: "NVIDIA A100-SXM4-80GB")
+        monkeypatch.setattr("costtune.tune.ranking.current_gpu", lambda: "NVIDIA A100-SXM4-80GB")
     elif case == "out_of_range":
         shapes = [{"M": 16, "N": 32, "K": 32}, {"M": 16, "N": 16, "K": 64}]
     else:
@@ -256,7 +256,7 @@ def test_precompile_compiles_survivors_in_threads(model_path, monkeypatch):
 
     from triton.runtime._async_compile import active_mode
 
-    from costtune.hook_precompile import precompile
+    from costtune.tune.precompile import precompile
 
     calls, compiled_in = [], []
 
@@ -275,8 +275,8 @@ def test_precompile_compiles_survivors_in_threads(model_path, monkeypatch):
     class Tuner:
         fn = Kernel()
 
-    monkeypatch.setattr("costtune.hook_precompile.can_precompile", lambda: True)
-    monkeypatch.setattr("costtune.hook_precompile._compiles_directly", lambda tuner: True)
+    monkeypatch.setattr("costtune.tune.precompile.can_precompile", lambda: True)
+    monkeypatch.setattr("costtune.tune.precompile._compiles_directly", lambda tuner: True)
     configs = [triton.Config({"BM": bm, "BN": 32}, num_warps=4, num_stages=2)
                for bm in (16, 32, 64)]
     named = {"x": "tensor x", "m": 16}
@@ -316,16 +316,16 @@ def test_precompile_compiles_survivors_in_threads(model_path, monkeypatch):
 
     jit = JITFunction(_row_add.fn if hasattr(_row_add, "fn") else _row_add)
     monkeypatch.undo()
-    from costtune.hook_precompile import _compiles_directly
+    from costtune.tune.precompile import _compiles_directly
 
     assert _compiles_directly(SimpleNamespace(fn=jit))
     assert _compiles_directly(SimpleNamespace(fn=Heuristics(jit, jit.arg_names,
                                                             {"BLOCK": lambda a: 16})))
     assert not _compiles_directly(SimpleNamespace(fn=SimpleNamespace(fn=jit)))
-    monkeypatch.setattr("costtune.hook_precompile.can_precompile", lambda: True)
+    monkeypatch.setattr("costtune.tune.precompile.can_precompile", lambda: True)
     # costtune.autotune runs it after pruning, with the survivors and the call's arguments
     seen = []
-    monkeypatch.setattr("costtune.hook_precompile.precompile",
+    monkeypatch.setattr("costtune.tune.precompile.precompile",
                         lambda tuner, kept, **kw: seen.append((tuner, kept, kw)) or (2, 2))
     tuner = tiny_matmul_tuner(model_path, Bench(), precompile=3)
     run_tiny_matmul(tuner, 16, 128, 256)
@@ -437,7 +437,7 @@ def test_options_are_checked():
 
 
 def test_bench_choice_sets_tritons_do_bench(model):
-    from costtune.hook_bench import graph_bench
+    from costtune.measure.bench import graph_bench
 
     def kernel_of(**options):
         return costtune.autotune(SMALL, ["M", "N", "K"], model=model, **options)(
@@ -458,7 +458,7 @@ def test_bench_choice_sets_tritons_do_bench(model):
 def test_graph_bench_summaries_and_cpu_fallback(monkeypatch):
     import triton.runtime
 
-    from costtune.hook_bench import graph_bench, summarize
+    from costtune.measure.bench import graph_bench, summarize
 
     assert summarize([5.0, 1.0, 3.0, 2.0, 4.0], (0.5, 0.2, 0.8)) == pytest.approx([3, 1.8, 4.2])
     assert summarize([2.0, 1.0, 9.0], None) == 2.0
@@ -480,7 +480,7 @@ def test_graph_bench_summaries_and_cpu_fallback(monkeypatch):
 def test_graph_bench_agrees_with_triton_on_gpu():
     """The dataset's timing and Triton's do_bench time one GEMM alike (within 2x: Triton's
     includes launch overhead, ours not), and the quantiles come in order."""
-    from costtune.hook_bench import graph_bench
+    from costtune.measure.bench import graph_bench
 
     x = gemm.make_inputs({"M": 2048, "N": 2048, "K": 2048}, "float16", device="cuda")
     fn = lambda: x["a"] @ x["b"]  # noqa: E731
@@ -599,8 +599,9 @@ def test_preload_loads_the_model_before_the_first_call(model, monkeypatch, tmp_p
     a model that cannot load is left for the call, which warns as before."""
     import threading
 
-    from costtune import hook_model, hook_preload
+    from costtune.model import registry
     from costtune.model.xgb import CostModel
+    from costtune.tune import preload as hook_preload
 
     path = str(model.save(tmp_path / "preloaded"))  # no other test has loaded this path
     loads = []
@@ -618,7 +619,7 @@ def test_preload_loads_the_model_before_the_first_call(model, monkeypatch, tmp_p
     monkeypatch.setattr(CostModel, "load_for", classmethod(counted))
     tuner = tiny_matmul_tuner(path, Bench())
     join_preloads()
-    assert (path, "gemm") in hook_model._MODELS
+    assert registry.is_loaded(path, "gemm")
     run_tiny_matmul(tuner, 16, 128, 256)
     assert tuner.early_config_prune.last.k == 2  # pruned with the preloaded model
     # (loads of other paths: other tests' preloads may still be finishing)
@@ -634,7 +635,7 @@ def test_preload_loads_the_model_before_the_first_call(model, monkeypatch, tmp_p
     other = str(model.save(tmp_path / "not_preloaded"))
     costtune.prune_configs_by(other, family="gemm", preload=False)
     join_preloads()
-    assert (other, "gemm") not in hook_model._MODELS
+    assert not registry.is_loaded(other, "gemm")
     # A model that cannot load: the preload fails quietly, the call warns and keeps all.
     with pytest.warns(costtune.CosttuneWarning, match="no usable cost model"):
         tuner = tiny_matmul_tuner(str(tmp_path / "nosuch"), Bench())

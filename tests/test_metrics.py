@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from costtune.model.metrics import (
+from costtune.evaluate.metrics import (
     kendall_tau,
     rank_positions,
     rankings_from_scores,

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from sklearn.base import clone
 
-from costtune.model.evaluate import evaluate, format_leaderboard, leaderboard, plot_topk
+from costtune.evaluate.protocols import evaluate, format_leaderboard, leaderboard, plot_topk
 from costtune.model.xgb import OBJECTIVES, CostModel, ModelSchemaError, dataset_hash
 from costtune.types import Config, Workload
 

@@ -1,4 +1,5 @@
-"""costtune.search: Optuna studies over config spaces, answered by replay of the H200 dataset."""
+"""costtune.search.study: Optuna studies over config spaces, answered by replay of the H200
+dataset."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from optuna.trial import TrialState
 
 import costtune
 from costtune.measure.replay import ReplayRunner
-from costtune.search import INVALID, ConfigStudy, search
-from costtune.search_claims import Claims
-from costtune.search_samplers import SAMPLERS, make_sampler, rank_configs
-from costtune.space import ConfigSpace
+from costtune.model.registry import rank_configs
+from costtune.search.claims import Claims
+from costtune.search.samplers import SAMPLERS, make_sampler
+from costtune.search.study import INVALID, ConfigStudy, search
+from costtune.space.config_space import ConfigSpace
 from costtune.types import Config, Status
 
 REPO = Path(__file__).resolve().parents[1]

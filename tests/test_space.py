@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from costtune.space import ConfigSpace
+from costtune.space.config_space import ConfigSpace
 from costtune.types import Config, Measurement, Status, Workload
 
 

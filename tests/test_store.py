@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import costtune
-from costtune.store import SCHEMA_VERSION, Store, StoreError, load_dataset
+from costtune.store.dataset import SCHEMA_VERSION, Store, StoreError, load_dataset
 from costtune.types import Config, Measurement, Status, Workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,7 +197,7 @@ def test_duplicates_across_parts_name_both_files(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
-    from costtune.store import Store
+    from costtune.store.dataset import Store
     store = Store(sys.argv[1])
     done = store.measured_keys("gemm")
     for i in range(int(sys.argv[2])):

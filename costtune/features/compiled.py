@@ -14,21 +14,19 @@ as small JSON files keyed by kernel source hash, specialization, options, arch a
 
 from __future__ import annotations
 
-import json
 import logging
-import multiprocessing as mp
 import os
 import pickle
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from costtune.features.aot import (
+from costtune.build.aot import (
     REGS_PER_SM,
     CompileJob,
     classify_error,
@@ -36,8 +34,12 @@ from costtune.features.aot import (
     regs_per_warp,
     specialize,
 )
-from costtune.features.asm import PTX_FEATURES, RESOURCE_FEATURES, SASS_FEATURES
+from costtune.build.asm import PTX_FEATURES, RESOURCE_FEATURES, SASS_FEATURES
+from costtune.build.cache import default_cache_dir, read_record, write_record
+from costtune.build.pool import get_pool
+from costtune.build.threads import interpreting, thread_pool
 from costtune.features.static import parse_config_key
+from costtune.hardware import H200, known_archs, target
 from costtune.types import Config, Status
 
 log = logging.getLogger(__name__)
@@ -48,17 +50,8 @@ COMPILED_FEATURES: list[str] = [
 ]
 KEY_COLUMNS = ("workload", "config")
 
-# Shared memory per SM (the per-block opt-in limit plus 1 KiB the driver reserves per block).
-_SM_SHARED = {80: 167936, 86: 102400, 87: 167936, 89: 102400, 90: 233472, 100: 233472,
-              120: 102400}
-_MAX_WARPS_PER_SM = 64
-_MAX_CTAS_PER_SM = 32
-
-
-def default_cache_dir() -> Path:
-    """``$COSTTUNE_CACHE`` or ``~/.cache/costtune/features``."""
-    env = os.environ.get("COSTTUNE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "costtune" / "features"
+_MAX_WARPS_PER_SM = H200.max_warps_per_sm
+_MAX_CTAS_PER_SM = H200.max_ctas_per_sm
 
 
 def workload_problem(family: Any, row: pd.Series | dict) -> dict[str, Any]:
@@ -134,18 +127,16 @@ def compiled_features(df: pd.DataFrame, *, arch: int = 90, workers: int | None =
     """
     keys = df.drop_duplicates(list(KEY_COLUMNS)).reset_index(drop=True)
     workers = max(1, workers or os.cpu_count() or 1)
-    pool = _pool(workers) if _interpreting() and not keys.empty else None
-    try:
-        if pool is not None:
-            row_jobs = pool.submit(rows_to_jobs, keys, arch).result()
-        else:
-            row_jobs = rows_to_jobs(keys, arch)
-        jobs = {j.key: j for item in row_jobs if not isinstance(item, str) for j in item[0]}
-        records = compile_jobs(list(jobs.values()), workers=workers, cache_dir=cache_dir,
-                               sass=sass, pool=pool, threads=threads and pool is None)
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+    # Under Triton's interpreter (the CPU test setup) @triton.jit makes interpreter functions,
+    # which neither specialize nor compile: the pool's workers, started without it, can.
+    pool = get_pool(workers) if interpreting() and not keys.empty else None
+    if pool is not None:
+        row_jobs = pool.submit(rows_to_jobs, keys, arch).result()
+    else:
+        row_jobs = rows_to_jobs(keys, arch)
+    jobs = {j.key: j for item in row_jobs if not isinstance(item, str) for j in item[0]}
+    records = compile_jobs(list(jobs.values()), workers=workers, cache_dir=cache_dir,
+                           sass=sass, pool=pool, threads=threads and pool is None)
     out = [_row_features(item, records) for item in row_jobs]
     table = pd.DataFrame(out, columns=["compile_status", "compile_error", "compile_s",
                                        "compile_key", *COMPILED_FEATURES])
@@ -206,36 +197,13 @@ def _occupancy(rec: dict[str, Any], *, num_warps: int, arch: int) -> dict[str, A
     """Resident programs per SM from registers, shared memory and warp slots."""
     limits = [_MAX_CTAS_PER_SM, _MAX_WARPS_PER_SM // num_warps,
               REGS_PER_SM // max(1, regs_per_warp(rec["n_regs"]) * num_warps)]
-    if rec["shared_bytes"] > 0 and arch in _SM_SHARED:
-        limits.append(_SM_SHARED[arch] // (rec["shared_bytes"] + 1024))
+    if rec["shared_bytes"] > 0 and arch in known_archs():
+        limits.append(target(arch).shared_per_sm // (rec["shared_bytes"] + 1024))
     ctas = max(0, min(limits))
     # Triton's n_spills is CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES / 4: the thread's local memory,
     # which holds the stack frame where ptxas spills.
     return {"n_spills": (rec["stack_bytes"] + rec["local_bytes"]) // 4, "ctas_per_sm": ctas,
             "occupancy": ctas * num_warps / _MAX_WARPS_PER_SM}
-
-
-def _interpreting() -> bool:
-    # Under TRITON_INTERPRET=1 (the CPU test setup) @triton.jit makes interpreter functions,
-    # which neither specialize nor compile; spawned workers without the variable can.
-    from triton import knobs
-
-    return bool(knobs.runtime.interpret)
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    """A spawn pool whose workers run without TRITON_INTERPRET, started now: each submit to a
-    pool without idle workers starts one, and a child inherits the environment at its start
-    (so even a main script that imports kernels at top level re-imports them as JIT)."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
-    saved = os.environ.pop("TRITON_INTERPRET", None)
-    try:
-        for _ in range(workers):
-            pool.submit(int)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
-    return pool
 
 
 def compile_jobs(jobs: Sequence[CompileJob], *, workers: int | None = None,
@@ -249,7 +217,7 @@ def compile_jobs(jobs: Sequence[CompileJob], *, workers: int | None = None,
     todo = []
     by_key = {job.key: job for job in jobs}  # jobs sharing a key compile once
     for key, job in by_key.items():
-        rec = _cache_read(cache, key, sass=sass)
+        rec = read_record(cache, key, sass=sass)
         if rec is None:
             todo.append(job)
         else:
@@ -263,7 +231,7 @@ def compile_jobs(jobs: Sequence[CompileJob], *, workers: int | None = None,
             rec = {**fresh, "kernel_fn": f"{job.fn_module}.{job.fn_name}",
                    "spec": job.spec, "arch": job.arch, "sass": sass}
             if not rec.pop("transient", False):
-                _cache_write(cache, job.key, rec)
+                write_record(cache, job.key, rec)
             records[job.key] = rec
         log.info("compiled %d jobs in %.1fs (%d cached)", len(todo),
                  time.perf_counter() - start, len(records) - len(todo))
@@ -282,7 +250,7 @@ def _compile_all(jobs: list[CompileJob], *, workers: int | None, sass: bool,
     if pool is None and threads:
         # Triton's passes and ptxas run without the GIL. stdout stays as it is: redirecting it
         # is process-wide, so threads cannot each swallow their own compile's output.
-        with ThreadPoolExecutor(workers, thread_name_prefix="costtune-aot") as tpool:
+        with thread_pool(workers, name="costtune-aot") as tpool:
             futures = {tpool.submit(compile_job, j, sass=sass, quiet=False): j.key
                        for j in jobs}
             for fut in as_completed(futures):
@@ -294,21 +262,15 @@ def _compile_all(jobs: list[CompileJob], *, workers: int | None, sass: bool,
     for j in jobs:
         if j.key in local:
             yield j.key, compile_job(j, sass=sass)
-    own = pool is None
-    pool = pool or _pool(workers)
-    try:
-        futures = {pool.submit(compile_job, j, sass=sass): j.key
-                   for j in jobs if j.key not in local}
-        for fut in as_completed(futures):
-            try:
-                rec = fut.result()
-            except Exception as exc:  # a worker died (e.g. a compiler segfault)
-                rec = {"status": Status.COMPILE_ERROR.value, "transient": True,
-                       "error": f"{type(exc).__name__}: {exc}"[:600], "compile_s": np.nan}
-            yield futures[fut], rec
-    finally:
-        if own:
-            pool.shutdown(cancel_futures=True)
+    pool = pool or get_pool(workers)
+    futures = {pool.submit(compile_job, j, sass=sass): j.key for j in jobs if j.key not in local}
+    for fut in as_completed(futures):
+        try:
+            rec = fut.result()
+        except Exception as exc:  # a worker died (e.g. a compiler segfault)
+            rec = {"status": Status.COMPILE_ERROR.value, "transient": True,
+                   "error": f"{type(exc).__name__}: {exc}"[:600], "compile_s": np.nan}
+        yield futures[fut], rec
 
 
 def _picklable(job: CompileJob) -> bool:
@@ -318,27 +280,3 @@ def _picklable(job: CompileJob) -> bool:
         return job.fn_module != "__main__" and job.resolve_fn() is not None
     except Exception:
         return False
-
-
-def _cache_path(cache: Path, key: str) -> Path:
-    return cache / key[:2] / f"{key}.json"
-
-
-def _cache_read(cache: Path, key: str, *, sass: bool) -> dict[str, Any] | None:
-    try:
-        rec = json.loads(_cache_path(cache, key).read_text())
-    except (OSError, ValueError):
-        return None
-    # A record made without SASS counts cannot answer a request that wants them.
-    return None if sass and not rec.get("sass", False) else rec
-
-
-def _cache_write(cache: Path, key: str, rec: dict[str, Any]) -> None:
-    path = _cache_path(cache, key)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(rec, default=str))
-        os.replace(tmp, path)
-    except OSError as exc:  # a read-only cache slows us down but changes no result
-        log.warning("feature cache not written (%s): %s", path, exc)

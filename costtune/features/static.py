@@ -31,20 +31,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from costtune.kernels import FAMILIES
+from costtune.hardware import H200
+from costtune.kernels.base import FAMILIES, FLAG_KEYS, PROBLEM_COLUMNS
 from costtune.types import Config
 
-NUM_SMS = 132  # H200
-_SM_SHARED = 233472  # bytes of shared memory per sm_90 SM (227 KiB per block + 1 KiB reserved)
+NUM_SMS = H200.num_sms
+_SM_SHARED = H200.shared_per_sm
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1,
                 "float8_e5m2": 1, "float64": 8}
-PROBLEM_COLUMNS = ("M", "N", "K", "rows", "cols", "B", "H", "S", "D", "causal")
 CONFIG_COLUMNS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "ROWS_PER_PROG", "num_warps",
                   "num_stages")
 
 STATIC_FEATURES: list[str] = [
     *(f"kernel_{f}" for f in FAMILIES), "dtype_bytes",
-    *(f"log2_{k}" for k in PROBLEM_COLUMNS if k != "causal"), "causal",
+    *(f"log2_{k}" for k in PROBLEM_COLUMNS if k not in FLAG_KEYS), *sorted(FLAG_KEYS),
     "log2_size_m", "log2_size_n", "log2_size_k", "log2_batch",
     "log2_flops", "log2_min_bytes", "log2_problem_intensity",
     *(f"log2_{k}" for k in CONFIG_COLUMNS[:5]), "num_warps", "num_stages",

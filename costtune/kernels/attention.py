@@ -27,12 +27,14 @@ import torch
 import triton
 import triton.language as tl
 
-from costtune.kernels import KernelCall, check_tensor, dtype_of
-from costtune.space import SM90_MAX_SHARED, ConfigSpace
+from costtune.hardware import H200
+from costtune.kernels.base import PROBLEM_KEYS as FAMILY_PROBLEM_KEYS
+from costtune.kernels.base import KernelCall, check_tensor, dtype_of
+from costtune.space import ConfigSpace
 from costtune.types import Config
 
 NAME = "attention"
-PROBLEM_KEYS = ("B", "H", "S", "D", "causal")
+PROBLEM_KEYS = FAMILY_PROBLEM_KEYS[NAME]
 DTYPES = ("float16", "bfloat16")
 HEAD_DIMS = (64, 128)
 
@@ -324,7 +326,7 @@ def config_space(problem: dict[str, Any] | None = None) -> ConfigSpace:
     def shared_memory(c: dict[str, Any]) -> bool:
         # K and V tiles per pipeline stage, plus the resident Q tile.
         smem = (c["num_stages"] * c["BLOCK_N"] * d * 2 * _ELSIZE + c["BLOCK_M"] * d * _ELSIZE)
-        return smem <= SM90_MAX_SHARED
+        return smem <= H200.max_shared_per_block
 
     constraints = {"shared_memory_le_sm90": shared_memory}
     if problem is not None:

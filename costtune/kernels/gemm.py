@@ -35,12 +35,14 @@ import torch
 import triton
 import triton.language as tl
 
-from costtune.kernels import KernelCall, check_tensor, dtype_of
-from costtune.space import SM90_MAX_SHARED, ConfigSpace
+from costtune.hardware import H200
+from costtune.kernels.base import PROBLEM_KEYS as FAMILY_PROBLEM_KEYS
+from costtune.kernels.base import KernelCall, check_tensor, dtype_of
+from costtune.space import ConfigSpace
 from costtune.types import Config
 
 NAME = "gemm"
-PROBLEM_KEYS = ("M", "N", "K")
+PROBLEM_KEYS = FAMILY_PROBLEM_KEYS[NAME]
 DTYPES = ("float16", "bfloat16")
 
 # Relative Frobenius error vs the fp32 reference. Inputs are exact in fp32 and the kernel
@@ -53,7 +55,7 @@ TOLERANCE = {"float16": 5e-3, "bfloat16": 3e-2}
 # Swizzle width of the grouped tile order: fixed, not tuned.
 GROUP_M = 8
 # H200 (sm_90) streaming multiprocessors: split-K only pays while the grid fills few waves.
-NUM_SMS = 132
+NUM_SMS = H200.num_sms
 MAX_ACC_REGS = 128  # fp32 accumulator registers per thread before spilling gets likely
 
 _KERNEL_PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K")
@@ -263,7 +265,7 @@ def config_space(problem: dict[str, int] | None = None) -> ConfigSpace:
     constraints = {
         "shared_memory": lambda c: c["num_stages"] * (c["BLOCK_M"] * c["BLOCK_K"]
                                                       + c["BLOCK_K"] * c["BLOCK_N"]) * 2
-        <= SM90_MAX_SHARED,
+        <= H200.max_shared_per_block,
         "accumulator_registers": lambda c: c["BLOCK_M"] * c["BLOCK_N"] / (32 * c["num_warps"])
         <= MAX_ACC_REGS,
     }

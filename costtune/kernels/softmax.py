@@ -24,12 +24,13 @@ import torch
 import triton
 import triton.language as tl
 
-from costtune.kernels import KernelCall, check_tensor, dtype_of
-from costtune.space import ConfigSpace
+from costtune.kernels.base import PROBLEM_KEYS as FAMILY_PROBLEM_KEYS
+from costtune.kernels.base import KernelCall, check_tensor, dtype_of
+from costtune.space.config_space import ConfigSpace
 from costtune.types import Config
 
 NAME = "softmax"
-PROBLEM_KEYS = ("rows", "cols")
+PROBLEM_KEYS = FAMILY_PROBLEM_KEYS[NAME]
 DTYPES = ("float16", "bfloat16", "float32")
 
 # Norm-wise relative error against fp32 torch. fp32: only exp2 vs exp and summation order

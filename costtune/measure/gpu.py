@@ -20,7 +20,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from costtune.compile import CompileResult, classify_error, error_text, submit_compiles
+from costtune.build.errors import CompileResult, classify_error, error_text
+from costtune.build.workload import submit_compiles
 from costtune.kernels import get_family, relative_error
 from costtune.types import Config, Measurement, Status, Workload
 

@@ -39,7 +39,7 @@ class ReplayRunner:
         if isinstance(dataset, pd.DataFrame):
             df = dataset.reset_index(drop=True)
         else:
-            from costtune.store import load_dataset
+            from costtune.store.dataset import load_dataset
 
             df = load_dataset(dataset)
         missing = [c for c in ("kernel", "workload", "dtype", "config", "status", "time_ms")

@@ -3,7 +3,7 @@
 Every baseline has ``fit(data) -> self`` (a no-op for the ones that learn nothing) and
 ``rank(rows) -> np.ndarray``: positions into ``rows`` (one workload), best first. A ranking may
 be shorter than the space and hold ``-1`` for a proposed config this workload has no row for
-(see ``costtune.model.metrics``).
+(see ``costtune.evaluate.metrics``).
 
 - ``TritonTutorialList``: the CUDA configs of Triton's matmul tutorial (GEMM only).
 - ``BestStaticList``: the k configs that best cover the training workloads, applied unchanged.
@@ -19,13 +19,13 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from costtune.model.metrics import (
+from costtune.evaluate.metrics import (
     DEFAULT_KS,
     true_times,
     workload_positions,
 )
+from costtune.hardware import H200
 from costtune.model.roofline import Roofline
-from costtune.space import SM90_MAX_SHARED
 
 __all__ = ["TritonTutorialList", "BestStaticList", "RandomConfigs", "Roofline",
            "expected_random_scores", "TUTORIAL_FP16", "TUTORIAL_ALL"]
@@ -105,7 +105,7 @@ class TritonTutorialList:
             pos, how = -1, "absent"
             if len(exact) and exact[0] not in taken:
                 pos, how = int(exact[0]), "exact"
-            elif stages * (bm * bk + bk * bn) * itemsize > SM90_MAX_SHARED:
+            elif stages * (bm * bk + bk * bn) * itemsize > H200.max_shared_per_block:
                 how = "infeasible"
             elif self.missing == "nearest":
                 pos = _nearest(params, keys, want, taken)

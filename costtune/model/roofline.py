@@ -34,20 +34,21 @@ import functools
 import numpy as np
 import pandas as pd
 
-from costtune.model.metrics import rank_positions
+from costtune.evaluate.metrics import rank_positions
+from costtune.hardware import H200
 
-PEAK_TENSOR_FLOPS = 790e12  # measured bf16 matmul rate, H200
-PEAK_FP32_FLOPS = 60e12  # CUDA-core fp32 (H200 SXM spec ~67 TFLOP/s, less in practice)
-DRAM_BW = 4.3e12  # measured device copy bandwidth, bytes/s
+PEAK_TENSOR_FLOPS = H200.peak_tensor_flops
+PEAK_FP32_FLOPS = H200.peak_fp32_flops
+DRAM_BW = H200.dram_bw
 DRAM_LATENCY_S = 0.8e-6  # load-to-use latency used for Little's law
 LOAD_LATENCY_S = 0.8e-6  # global -> shared tile load issued by a pipelined K loop (a guess)
-REGS_PER_SM = 65536
-L2_BW = 12e12  # L2 -> SM bandwidth for tile loads (H100-class figure, not measured here)
-NUM_SMS = 132
-L2_BYTES = 50 * 2**20
-SM_SHARED = 233472  # per SM, sm_90
-MAX_WARPS_PER_SM = 64
-MAX_CTAS_PER_SM = 32
+REGS_PER_SM = H200.regs_per_sm
+L2_BW = H200.l2_bw
+NUM_SMS = H200.num_sms
+L2_BYTES = H200.l2_bytes
+SM_SHARED = H200.shared_per_sm
+MAX_WARPS_PER_SM = H200.max_warps_per_sm
+MAX_CTAS_PER_SM = H200.max_ctas_per_sm
 GROUP_M = 8  # the GEMM kernel's fixed tile-group width
 OVERLAP_LEAK = 0.1  # share of the non-bound terms that is not hidden (a guess, not fitted)
 SOFTMAX_OPS_PER_ELEMENT = 6  # max, sub, exp2, add, mul, compare on the fp32 path

@@ -33,21 +33,20 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
 
+from costtune.evaluate.metrics import rank_positions, true_times
+from costtune.kernels.base import SIZE_KEYS
 from costtune.model.features import (
     FEATURE_SETS,
     config_rows,
     design_matrix,
     feature_names,
 )
-from costtune.model.metrics import rank_positions, true_times
 from costtune.types import Config
 
 OBJECTIVES = ("rank:pairwise", "rank:ndcg", "reg:logtime", "reg:relthroughput")
 FAMILY_OPTIONS = (None, "all", "gemm", "softmax", "attention")
 MODEL_SCHEMA_VERSION = 1
 MODEL_FORMAT = "costtune.CostModel"
-_PROBLEM_KEYS = {"gemm": ("M", "N", "K"), "softmax": ("rows", "cols"),
-                 "attention": ("B", "H", "S", "D")}
 _GRADES_PER_OCTAVE = 12
 _TOP_GRADE = 31  # XGBoost's exponential NDCG gain needs labels < 32
 
@@ -369,7 +368,7 @@ def shape_ranges(data: pd.DataFrame) -> dict[str, dict[str, tuple[float, float]]
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for kernel, group in data.groupby(data["kernel"].astype(str)):
         ranges = {}
-        for key in _PROBLEM_KEYS.get(kernel, ()):
+        for key in SIZE_KEYS.get(kernel, ()):
             if key in group:
                 v = pd.to_numeric(group[key], errors="coerce").astype("float64")
                 v = v[v > 0]

@@ -6,7 +6,7 @@
 import sys
 
 from costtune.collect import collect, suite_workloads
-from costtune.store import Store
+from costtune.store.dataset import Store
 
 if __name__ == "__main__":  # the GPU worker processes are spawned: they import this file
     store = Store(sys.argv[1])

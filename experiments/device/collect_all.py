@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from costtune.collect import collect, suite_workloads
-from costtune.store import Store
+from costtune.store.dataset import Store
 
 
 def pack(store_root: Path, before: set[Path], out: Path) -> int:

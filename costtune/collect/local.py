@@ -1,0 +1,81 @@
+"""Collection on this machine: workloads -> measured rows -> store, resumable.
+
+The unit of work is ``collect_workload``: a plain function from one workload (and its configs)
+to rows, which the Dask collector schedules too. One GPU is measured in this process; several
+GPUs go through ``collect_dask`` on a local cluster of one worker per GPU (the one multi-GPU
+path). The store keeps a single writer: this process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from costtune.collect.plan import plan_workloads
+from costtune.collect.workload import collect_workload
+from costtune.types import Measurement, Status, Workload
+
+
+def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: int | None = None,
+            seed: int = 0, reps: int = 10, gpus: list[int] | None = None,
+            time_budget_s: float | None = None, meta: dict | None = None,
+            progress: Callable[[Workload, Measurement | None, int], None] | None = None,
+            on_stored: Callable[[Workload, list[dict]], None] | None = None) -> dict[str, Any]:
+    """Measure every workload not yet stored (resume), appending one part per workload.
+
+    ``gpus``: device indices; more than one goes to ``collect_dask`` on a local cluster of one
+    worker per GPU. ``time_budget_s``: start no new workload after this many seconds (so a
+    lease-bounded run ends cleanly). Returns a summary dict.
+    """
+    if gpus and len(gpus) > 1:
+        from costtune.collect.dask import collect_dask
+
+        return collect_dask(workloads, store, suite=suite, max_configs=max_configs, seed=seed,
+                            reps=reps, gpus=list(gpus), time_budget_s=time_budget_s, meta=meta,
+                            progress=progress, on_stored=on_stored)
+    from costtune.env import environment, sm_clock_mhz
+
+    t0 = time.perf_counter()
+    todo, n_skipped = plan_workloads(workloads, store, max_configs=max_configs, seed=seed)
+    summary = {"workloads": 0, "configs": 0, "ok": 0, "failed": 0, "skipped_workloads":
+               n_skipped, "stopped_early": False, "seconds": 0.0, "errors": []}
+    from costtune.measure.gpu import TIMING_METHOD
+
+    if gpus:
+        import torch
+
+        torch.cuda.set_device(gpus[0])  # before reading the environment of "the" GPU
+    env = {**environment(), "timing_method": TIMING_METHOD, **(meta or {})}
+
+    def store_rows(w: Workload, rows: list[dict], gpu_meta: dict[str, Any]) -> None:
+        # gpu_meta: the measuring GPU's clocks.
+        part_meta = {**env, **gpu_meta, "workload": w.id}
+        store.append(rows, meta=part_meta)
+        n_ok = sum(r["status"] == Status.OK.value for r in rows)
+        summary["workloads"] += 1
+        summary["configs"] += len(rows)
+        summary["ok"] += n_ok
+        summary["failed"] += len(rows) - n_ok
+        if on_stored is not None:
+            on_stored(w, rows)
+
+    def over_budget() -> bool:
+        return time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
+
+    extra = {"suite": suite}
+    device = gpus[0] if gpus else None
+    for w, configs in todo:
+        if over_budget():
+            summary["stopped_early"] = True
+            break
+        cb = (lambda m, w=w, n=len(configs): progress(w, m, n)) if progress else None
+        if progress:
+            progress(w, None, len(configs))
+        clock = sm_clock_mhz(device)
+        rows = collect_workload(w, configs, reps=reps, seed=seed, extra=extra, progress=cb)
+        store_rows(w, rows, {"sm_clock_start_mhz": clock,
+                             "sm_clock_end_mhz": sm_clock_mhz(device)})
+    summary["seconds"] = time.perf_counter() - t0
+    return summary
+

@@ -1,0 +1,20 @@
+"""The Triton boundary: how a launch is described (``launch``), which configs can run
+(``feasibility``), ranking and trust (``ranking``), the pruner and ``autotune`` (``pruner``),
+the parallel precompile, the model preload and harvest.
+"""
+
+from __future__ import annotations
+
+from costtune._lazy import lazy_exports
+
+_EXPORTS = {
+    "prune_configs_by": "costtune.tune.pruner",
+    "autotune": "costtune.tune.pruner",
+    "ConfigPruner": "costtune.tune.pruner",
+    "PruneDecision": "costtune.tune.pruner",
+    "harvest": "costtune.tune.harvest",
+    "enable_harvest": "costtune.tune.harvest",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports("costtune.tune", _EXPORTS, globals())

@@ -1,0 +1,199 @@
+"""Harvest: an opt-in listener that stores every ``triton.autotune`` tuning as dataset rows.
+
+While a harvester is enabled, ``Autotuner.run`` is wrapped: after a call that tuned (Triton set
+a fresh ``configs_timings``), each benchmarked config becomes a row of the dataset schema
+(kernel, workload, dtype, problem sizes, config params, config key, status, time_ms, ...) and
+the rows go to a ``costtune.Store`` as one part, with ``costtune.env.environment()`` as its
+metadata. Infinite timings (Triton's OutOfResources / PTXAS / compile-time failures) are stored
+as ``compile_error`` rows: failures are data.
+
+Rows are labelled with costtune's family name only for costtune's own family kernels; any other
+kernel keeps its function name as ``kernel`` and, when the launch reads as a family, carries
+``family`` and the family's sizes and parameter names (``df.assign(kernel=df.family)`` turns
+them into training rows). Times are Triton's ``do_bench`` (or the tuner's own), not costtune's
+graph replay, and outputs are not checked against a reference: the part's metadata says so.
+
+>>> import costtune
+>>> with costtune.harvest("my_dataset"):  # doctest: +SKIP
+...     matmul[grid](a, b, c, M, N, K)
+>>> costtune.load_dataset("my_dataset")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from costtune.tune.launch import (
+    LaunchSpec,
+    NotApplicable,
+    call_args,
+    describe,
+    family_params,
+    first_tensor_dtype,
+)
+
+TIMING_NOTE = ("triton.autotune do_bench (or the tuner's own do_bench); outputs not checked "
+               "against a reference")
+_ACTIVE: list[Harvester] = []
+_ORIGINAL_RUN: Any = None
+
+
+class Harvester:
+    """Appends tunings to the Store at ``store_dir``; ``close()`` stops listening.
+
+    ``rows`` counts the rows written; ``errors`` lists what could not be written.
+    """
+
+    def __init__(self, store_dir: str | os.PathLike, *,
+                 meta: Mapping[str, Any] | None = None) -> None:
+        from costtune.env import environment
+        from costtune.store.dataset import Store
+
+        self.store = Store(store_dir)
+        self.meta = {**environment(), "timing_method": TIMING_NOTE, **dict(meta or {})}
+        self.rows = 0
+        self.errors: list[str] = []
+
+    def record(self, tuner: Any, args: tuple, *, kwargs: dict[str, Any]) -> None:
+        """Store ``tuner.configs_timings`` of the call ``tuner.run(*args, **kwargs)``."""
+        try:
+            kernel, rows = tuning_rows(tuner, args, kwargs=kwargs, gpu=self.meta.get("gpu"))
+            stored = self.store.measured_keys(kernel)
+            rows = [r for r in rows if (r["workload"], r["config"]) not in stored]
+            if rows:
+                self.store.append(rows, meta=self.meta)
+                self.rows += len(rows)
+        except Exception as exc:  # harvesting must never break the user's program
+            from costtune.types import CosttuneWarning
+
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            if len(self.errors) == 1:
+                warnings.warn(f"costtune harvest: rows not stored ({self.errors[0]})",
+                              CosttuneWarning, stacklevel=3)
+
+    def close(self) -> None:
+        """Stop listening (the Autotuner is restored when no harvester is left)."""
+        global _ORIGINAL_RUN
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        if not _ACTIVE and _ORIGINAL_RUN is not None:
+            from triton.runtime.autotuner import Autotuner
+
+            Autotuner.run = _ORIGINAL_RUN
+            _ORIGINAL_RUN = None
+
+
+def enable_harvest(store_dir: str | os.PathLike, *,
+                   meta: Mapping[str, Any] | None = None) -> Harvester:
+    """Start storing every autotune's timings in ``store_dir``; ``.close()`` stops.
+
+    ``meta``: extra part metadata (next to the environment).
+
+    >>> h = enable_harvest("my_dataset")  # doctest: +SKIP
+    >>> h.close()  # doctest: +SKIP
+    """
+    global _ORIGINAL_RUN
+    from triton.runtime.autotuner import Autotuner
+
+    harvester = Harvester(store_dir, meta=meta)
+    if _ORIGINAL_RUN is None:
+        _ORIGINAL_RUN = Autotuner.run
+        original = _ORIGINAL_RUN
+
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            before = getattr(self, "configs_timings", None)
+            out = original(self, *args, **kwargs)
+            timings = getattr(self, "configs_timings", None)
+            if timings is not None and timings is not before:
+                for h in list(_ACTIVE):
+                    h.record(self, args, kwargs=kwargs)
+            return out
+
+        Autotuner.run = run
+    _ACTIVE.append(harvester)
+    return harvester
+
+
+@contextlib.contextmanager
+def harvest(store_dir: str | os.PathLike, *,
+            meta: Mapping[str, Any] | None = None) -> Iterator[Harvester]:
+    """Context manager: store every autotune's timings in ``store_dir`` while inside.
+
+    >>> import costtune
+    >>> with costtune.harvest("my_dataset") as h:  # doctest: +SKIP
+    ...     kernel[grid](x, y, n)
+    >>> h.rows  # doctest: +SKIP
+    4
+    """
+    harvester = enable_harvest(store_dir, meta=meta)
+    try:
+        yield harvester
+    finally:
+        harvester.close()
+
+
+def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
+                gpu: str | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """(kernel, rows) for the tuning ``tuner.run(*args, **kwargs)`` just did."""
+    from costtune.kernels import FAMILIES
+    from costtune.types import Config, Workload
+
+    named = dict(zip(tuner.arg_names, args))
+    all_args = call_args(named, kwargs)
+    configs = list(tuner.configs_timings)
+    pruner = tuner.early_config_prune
+    # costtune's pruner carries how the user described the kernel; any other has no spec.
+    spec = getattr(pruner, "spec", None)
+    spec = spec if isinstance(spec, LaunchSpec) else LaunchSpec()
+    base = tuner.base_fn
+    own = base.__module__ in {f"costtune.kernels.{f}" for f in FAMILIES}
+    try:
+        launch = describe(spec, configs, args=all_args)
+        params = family_params(launch.family, configs, rename=spec.params)
+        family, problem, dtype = launch.family, launch.problem, launch.dtype
+    except NotApplicable:
+        family, params = None, None
+        problem = {k: all_args[k] for k in tuner.keys
+                   if isinstance(all_args.get(k), (int, float)) and not isinstance(
+                       all_args.get(k), bool)}
+        dtype = spec.dtype or first_tensor_dtype(all_args) or "unknown"
+    kernel = family if own and family else base.__name__
+    workload = Workload(kernel, problem, dtype).id
+    key_values = [all_args.get(k) for k in tuner.keys]
+    rows = []
+    for i, config in enumerate(configs):
+        values = (params[i] | {k: v for k, v in _renamed(config, spec).items()
+                               if k not in params[i]}) if params else None
+        cfg = Config.from_dict(values) if values else Config.from_triton(config)
+        p50, p20, p80 = _quantiles(tuner.configs_timings[config])
+        ok = math.isfinite(p50)
+        rows.append({
+            "kernel": kernel, "workload": workload, "dtype": dtype, **problem,
+            **cfg.as_dict(), "config": cfg.key, "status": "ok" if ok else "compile_error",
+            "time_ms": p50 if ok else math.nan, "time_p20_ms": p20 if ok else math.nan,
+            "time_p80_ms": p80 if ok else math.nan, "rel_err": math.nan,
+            "error": "" if ok else "triton.autotune timed it as inf (OutOfResources, PTXAS "
+                                   "error or compile-time assertion)",
+            "gpu": gpu, "family": family, "kernel_fn": f"{base.__module__}.{base.__qualname__}",
+            "tuning_key": repr(tuple(key_values)),
+            "bench_s": float(getattr(tuner, "bench_time", math.nan)),
+            "n_tuned": len(configs), "n_configs": len(tuner.configs),
+        })
+    return kernel, rows
+
+
+def _renamed(config: Any, spec: LaunchSpec) -> dict[str, Any]:
+    return {spec.params.get(k, k): v for k, v in config.kwargs.items()}
+
+
+def _quantiles(timing: Any) -> tuple[float, float, float]:
+    """(median, p20, p80) from a do_bench result: a number or Triton's [p50, p20, p80]."""
+    if isinstance(timing, (list, tuple)):
+        values = [float(t) for t in timing] + [math.nan] * 3
+        return values[0], values[1], values[2]
+    return float(timing), math.nan, math.nan
