@@ -23,7 +23,7 @@ _EXPORTS = {
     "ReplayRunner": "costtune.measure.replay",
     "graph_bench": "costtune.measure.bench",
     "prune_configs_by": "costtune.tune.pruner",
-    "autotune": "costtune.tune.pruner",
+    "autotune": "costtune.tune.autotune",
     "harvest": "costtune.tune.harvest",
     "CostModel": "costtune.model.xgb",
     "collect_dask": "costtune.collect.dask",

@@ -9,7 +9,7 @@ from costtune._lazy import lazy_exports
 
 _EXPORTS = {
     "prune_configs_by": "costtune.tune.pruner",
-    "autotune": "costtune.tune.pruner",
+    "autotune": "costtune.tune.autotune",
     "ConfigPruner": "costtune.tune.pruner",
     "PruneDecision": "costtune.tune.pruner",
     "harvest": "costtune.tune.harvest",

@@ -2,16 +2,16 @@
 before anything compiles, and Triton benchmarks only the ``top_k`` best.
 
 - ``prune_configs_by(...)``: the ``prune_configs_by=`` dict for ``@triton.autotune``.
-- ``autotune(configs, key, ...)``: ``triton.autotune`` with that pruning, plus a parallel
-  precompile of the surviving configs (GPU only).
+- ``autotune(configs, key, ...)`` (``tune.autotune``): ``triton.autotune`` with that pruning,
+  plus a parallel precompile of the surviving configs (GPU only).
 - ``harvest(store_dir)``: record every autotune's timings in a Store (``tune.harvest``).
 
 How one tuning call is decided:
 
-1. Describe the launch (``hook_kernel``): family (given or told from config names and args),
+1. Describe the launch (``tune.launch``): family (given or told from config names and args),
    problem sizes (args named like the family's sizes, a ``problem=`` mapping, tensor shapes),
    dtype (first tensor). Cannot tell -> keep all configs.
-2. Pick the model (``hook_model``): missing, unreadable, another feature schema, or not trained
+2. Pick the model (``model.registry``; trust in ``tune.ranking``): missing, unreadable, another feature schema, or not trained
    on this family -> keep all configs.
 3. Doubts: another GPU or triton version, sizes more than ``range_margin`` octaves outside the
    training range, a dtype the family's data lacks, a launch grid unlike the family's, a model
@@ -26,7 +26,6 @@ nothing here stops tuning: an unexpected error keeps all configs, with a warning
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import time
@@ -51,7 +50,7 @@ from costtune.tune.preload import preload as start_preload
 from costtune.tune.preload import wait as wait_for_preload
 from costtune.types import CosttuneWarning
 
-__all__ = ["ConfigPruner", "CosttuneWarning", "PruneDecision", "autotune", "prune_configs_by"]
+__all__ = ["ConfigPruner", "CosttuneWarning", "PruneDecision", "prune_configs_by"]
 
 
 @dataclass
@@ -302,7 +301,7 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     multiplier when the model may not apply here (None: keep all); ``range_margin``: octaves
     beyond the training sizes still trusted (None: no check). ``preload``: start loading the
     model now, in a background thread, so the first tuning call does not wait ~1.5-3 s for
-    xgboost's imports and the booster (``hook_preload``).
+    xgboost's imports and the booster (``tune.preload``).
 
     >>> import triton, costtune
     >>> @triton.autotune(configs=[triton.Config({"BLOCK_M": 64, "BLOCK_N": 64,
@@ -320,66 +319,3 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     if preload:
         start_preload(model, family, two_stage=two_stage, stage2_model=stage2_model)
     return {"early_config_prune": pruner}
-
-
-_PRUNE_OPTIONS = frozenset(inspect.signature(prune_configs_by).parameters)
-
-
-def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float = 8,
-             model: Any = "h200", family: str | None = None, problem: ProblemSpec = None,
-             precompile: bool | int = True, bench: str = "graph",
-             **options: Any) -> Callable[[Any], Any]:
-    """``triton.autotune`` that benchmarks only the ``top_k`` configs the cost model ranks
-    best and, on a GPU, first compiles them in parallel threads (``hook_precompile``; skipped
-    under the interpreter). ``precompile``: True (one thread per usable core, at most one
-    per config), an int (that many threads) or False (Triton compiles them one by one while
-    it benchmarks). ``bench``: "graph" times each kept config as the dataset was timed (CUDA
-    graph of launches after L2 flushes, ``hook_bench.graph_bench``), "triton" leaves Triton's
-    ``do_bench``; ``do_bench`` (or Triton's ``warmup``/``rep``/``use_cuda_graph``) passed in
-    options wins over both. ``options``: any
-    ``prune_configs_by`` option (``params``, ``two_stage``, ...) or ``triton.autotune``
-    argument (``do_bench``, ...).
-
-    >>> import triton, costtune
-    >>> @costtune.autotune(configs=[triton.Config({"BLOCK_N": 1024})], key=["rows", "cols"],
-    ...                    top_k=4, family="softmax")
-    ... @triton.jit
-    ... def softmax(x, y, rows, cols, BLOCK_N: triton.language.constexpr):
-    ...     pass
-    """
-    import triton
-
-    triton_names = set(inspect.signature(triton.autotune).parameters) - {
-        "configs", "key", "prune_configs_by"}
-    unknown = sorted(set(options) - _PRUNE_OPTIONS - triton_names)
-    if unknown:
-        raise ValueError(f"unknown option(s) {unknown}; costtune.autotune takes "
-                         f"{sorted(_PRUNE_OPTIONS)} and triton.autotune's {sorted(triton_names)}")
-    prune_kw = {k: v for k, v in options.items() if k in _PRUNE_OPTIONS}
-    triton_kw = {k: v for k, v in options.items() if k in triton_names}
-    prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)  # checks now
-    if not isinstance(precompile, bool) and (not isinstance(precompile, int) or precompile < 1):
-        raise ValueError(f"precompile must be True, False or a thread count >= 1, "
-                         f"got {precompile!r}")
-    from costtune.measure.bench import BENCH_CHOICES, graph_bench
-
-    if bench not in BENCH_CHOICES:
-        raise ValueError(f"unknown bench {bench!r}; use one of {list(BENCH_CHOICES)}")
-    tritons_timing = ("do_bench", "warmup", "rep", "use_cuda_graph")
-    if bench == "graph" and not any(triton_kw.get(k) for k in tritons_timing):
-        triton_kw["do_bench"] = graph_bench  # Triton's own timing when the user set it up
-
-    def decorator(fn: Any) -> Any:
-        # One pruner per kernel: its warnings and caches belong to that kernel.
-        prune = prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)
-        tuner = triton.autotune(configs, key, prune_configs_by=prune, **triton_kw)(fn)
-        if precompile is not False:
-            from costtune.tune.precompile import precompile as run
-
-            threads = None if precompile is True else int(precompile)
-            prune["early_config_prune"].after_prune = (
-                lambda kept, named, kw, fam: run(tuner, kept, named_args=named, kwargs=kw,
-                                                 threads=threads))
-        return tuner
-
-    return decorator
