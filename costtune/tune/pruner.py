@@ -11,8 +11,8 @@ How one tuning call is decided:
 1. Describe the launch (``tune.launch``): family (given or told from config names and args),
    problem sizes (args named like the family's sizes, a ``problem=`` mapping, tensor shapes),
    dtype (first tensor). Cannot tell -> keep all configs.
-2. Pick the model (``model.registry``; trust in ``tune.ranking``): missing, unreadable, another feature schema, or not trained
-   on this family -> keep all configs.
+2. Pick the model (``model.registry``; trust in ``tune.ranking``): missing, unreadable,
+   another feature schema, or not trained on this family -> keep all configs.
 3. Doubts: another GPU or triton version, sizes more than ``range_margin`` octaves outside the
    training range, a dtype the family's data lacks, a launch grid unlike the family's, a model
    that needs compiled features without ``two_stage`` -> rank, but benchmark ``widen`` x k
