@@ -1,4 +1,5 @@
-"""Where a measurement was taken: GPU, clocks, driver, library versions, code commit.
+"""Where a measurement was taken: GPU, clocks, driver (NVML, through nvidia-ml-py), library
+versions, code commit.
 
 ``environment()`` is the ``meta`` a collector hands to ``Store.append``; call ``sm_clock_mhz()``
 again at the end of a run to record clock drift. Nothing heavy happens at import.
@@ -20,7 +21,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-_SMI_TIMEOUT_S = 10.0
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -28,26 +28,26 @@ def environment(device: Any = None, *, sm_clock: bool = True) -> dict[str, Any]:
     """Describe the machine and software for ``device`` (a CUDA index, "cuda:1" or
     torch.device; None = the current device).
 
-    On a CPU-only machine the GPU fields read ``gpu="cpu"`` and None. The driver and library
-    versions are read once per process; ``sm_clock=False`` skips the one nvidia-smi call left
-    (``sm_clock_mhz`` is None then; ``sm_clock_reader`` reads it without waiting).
+    On a CPU-only machine the GPU fields read ``gpu="cpu"`` and None. The driver (NVML) and
+    library versions are read once per process; ``sm_clock=False`` leaves ``sm_clock_mhz``
+    None.
 
     >>> env = environment()
     >>> env["gpu"] == "cpu" or env["sm_count"] > 0
     True
     """
     gpu = _gpu_info(device)
-    smi_id = gpu.pop("smi_id")
+    nvml_id = gpu.pop("nvml_id")
     commit, dirty = git_state()
     return {
         **gpu,
-        "driver": _driver(smi_id) if smi_id is not None else None,
+        "driver": _driver(nvml_id) if nvml_id is not None else None,
         **_software(),
         "hostname": socket.gethostname(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "costtune_commit": commit,
         "costtune_dirty": dirty,
-        "sm_clock_mhz": _clock(smi_id) if sm_clock and smi_id is not None else None,
+        "sm_clock_mhz": _clock(nvml_id) if sm_clock and nvml_id is not None else None,
         "command": shlex.join(sys.argv),
     }
 
@@ -60,9 +60,15 @@ def _software() -> dict[str, Any]:
 
 
 @cache
-def _driver(smi_id: str) -> str | None:
-    out = _nvidia_smi(["driver_version"], smi_id)
-    return out[0] if out else None
+def _driver(nvml_id: str) -> str | None:
+    nvml, handle = _nvml_handle(nvml_id)
+    if handle is None:
+        return None
+    try:
+        version = nvml.nvmlSystemGetDriverVersion()
+    except nvml.NVMLError:
+        return None
+    return version.decode() if isinstance(version, bytes) else str(version)
 
 
 def cpu_topology() -> dict[str, int]:
@@ -116,50 +122,49 @@ def host_cpu_use(before: dict[str, float] | None, after: dict[str, float] | None
 
 
 def sm_clock_reader(device: int | str | None = None) -> Callable[[], int | None]:
-    """Start reading ``device``'s SM clock now, without waiting for nvidia-smi (which takes
-    a good part of a second on some hosts); the returned function waits for and returns it
-    (MHz, or None when it cannot be read).
+    """A reading of ``device``'s SM clock taken now; the returned function returns it (MHz,
+    or None when it cannot be read). Kept for callers that start a reading early and collect
+    it later; NVML answers at once.
 
     >>> read = sm_clock_reader()
     >>> clock = read()
     >>> clock is None or clock > 0
     True
     """
-    cmd = _smi_cmd(["clocks.sm"], _smi_id(device))
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True)
-    except OSError:
-        return lambda: None
-
-    def read() -> int | None:
-        try:
-            out, _ = proc.communicate(timeout=_SMI_TIMEOUT_S)
-        except subprocess.SubprocessError:
-            proc.kill()
-            proc.communicate()
-            return None
-        values = _smi_values(out, proc.returncode, 1)
-        return _to_int(values[0]) if values else None
-
-    return read
+    clock = sm_clock_mhz(device)
+    return lambda: clock
 
 
 def sm_clock_mhz(device: int | str | None = None) -> int | None:
-    """Current SM clock of ``device`` in MHz from nvidia-smi; None when it cannot be read.
+    """Current SM clock of ``device`` in MHz (NVML); None when it cannot be read.
 
-    ``device``: a CUDA index (mapped through CUDA_VISIBLE_DEVICES), or an nvidia-smi id such as
-    a ``GPU-<uuid>`` string.
+    ``device``: a CUDA index (mapped through CUDA_VISIBLE_DEVICES), or a ``GPU-<uuid>``.
 
     >>> sm_clock_mhz() is None or sm_clock_mhz() > 0
     True
     """
-    return _clock(_smi_id(device))
+    return _clock(_nvml_id(device))
 
 
-def _clock(smi_id: str) -> int | None:
-    out = _nvidia_smi(["clocks.sm"], smi_id)
-    return _to_int(out[0]) if out else None
+def gpu_count() -> int | None:
+    """GPUs on this host (NVML; whatever CUDA_VISIBLE_DEVICES says); None without NVML."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        return int(nvml.nvmlDeviceGetCount())
+    except nvml.NVMLError:
+        return None
+
+
+def _clock(nvml_id: str) -> int | None:
+    nvml, handle = _nvml_handle(nvml_id)
+    if handle is None:
+        return None
+    try:
+        return int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+    except nvml.NVMLError:
+        return None
 
 
 def git_state(path: str | os.PathLike | None = None) -> tuple[str, bool | None]:
@@ -183,7 +188,7 @@ def git_state(path: str | os.PathLike | None = None) -> tuple[str, bool | None]:
 
 def _gpu_info(device: int | str | None) -> dict[str, Any]:
     info: dict[str, Any] = {"gpu": "cpu", "gpu_uuid": None, "sm_count": None,
-                            "compute_capability": None, "smi_id": None}
+                            "compute_capability": None, "nvml_id": None}
     torch = _torch_if_cuda()
     if torch is None:
         return info
@@ -198,7 +203,7 @@ def _gpu_info(device: int | str | None) -> dict[str, Any]:
     info.update(gpu=props.name, sm_count=props.multi_processor_count,
                 compute_capability=f"{props.major}.{props.minor}",
                 gpu_uuid=f"GPU-{uuid}" if uuid is not None else None)
-    info["smi_id"] = info["gpu_uuid"] or _smi_id(index)
+    info["nvml_id"] = info["gpu_uuid"] or _nvml_id(index)
     return info
 
 
@@ -218,8 +223,8 @@ def _torch_cuda_version() -> str | None:
     return torch.version.cuda
 
 
-def _smi_id(device: int | str | None) -> str:
-    """nvidia-smi's -i argument for a CUDA index, honouring CUDA_VISIBLE_DEVICES."""
+def _nvml_id(device: int | str | None) -> str:
+    """NVML's id (index or ``GPU-<uuid>``) of a CUDA index, honouring CUDA_VISIBLE_DEVICES."""
     if isinstance(device, str):
         device = device.removeprefix("cuda:").removeprefix("cuda")
         if not device.isdigit() and device:
@@ -230,26 +235,35 @@ def _smi_id(device: int | str | None) -> str:
     return visible[index] if index < len(visible) else str(index)
 
 
-def _smi_cmd(fields: list[str], smi_id: str) -> list[str]:
-    return ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
-            "-i", smi_id]
+_NVML_STATE: dict[str, Any] = {}
 
 
-def _nvidia_smi(fields: list[str], smi_id: str) -> list[str] | None:
+def _nvml() -> Any:
+    """The initialised ``pynvml`` module (nvidia-ml-py), or None where NVML cannot start (no
+    driver, a CPU-only machine, the package absent)."""
+    if "module" not in _NVML_STATE:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            _NVML_STATE["module"] = pynvml
+        except Exception:  # ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded
+            _NVML_STATE["module"] = None
+    return _NVML_STATE["module"]
+
+
+def _nvml_handle(nvml_id: str) -> tuple[Any, Any]:
+    """(pynvml, device handle) for an NVML index or a ``GPU-<uuid>``; (module, None) when
+    NVML is missing or knows no such device."""
+    nvml = _nvml()
+    if nvml is None:
+        return None, None
     try:
-        res = subprocess.run(_smi_cmd(fields, smi_id), capture_output=True, text=True,
-                             timeout=_SMI_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return _smi_values(res.stdout, res.returncode, len(fields))
-
-
-def _smi_values(stdout: str, returncode: int | None, n: int) -> list[str] | None:
-    lines = stdout.strip().splitlines()
-    if returncode != 0 or not lines:
-        return None
-    values = [v.strip() for v in lines[0].split(",")]
-    return values if len(values) == n else None
+        if nvml_id.isdigit():
+            return nvml, nvml.nvmlDeviceGetHandleByIndex(int(nvml_id))
+        return nvml, nvml.nvmlDeviceGetHandleByUUID(nvml_id)
+    except nvml.NVMLError:
+        return nvml, None
 
 
 def _git(cwd: Path, *args: str) -> str | None:

@@ -39,32 +39,46 @@ def test_checkout_and_not(monkeypatch, tmp_path):
     assert git_state(pkg) == ("", None)  # an installed copy outside any checkout
 
 
-def _fake_smi(tmp_path: Path, body: str) -> str:
-    """A directory holding an ``nvidia-smi`` that runs ``body`` (a shell snippet)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\n{body}\n")
-    smi.chmod(0o755)
-    return str(bin_dir)
+class _FakeNvml:
+    """A stand-in for pynvml with one GPU (index 0, uuid GPU-abc) at 1980 MHz."""
+
+    NVML_CLOCK_SM = 1
+
+    class NVMLError(Exception):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):  # noqa: N802 (pynvml's names)
+        if index != 0:
+            raise self.NVMLError("invalid argument")
+        return "handle0"
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):  # noqa: N802
+        if uuid != "GPU-abc":
+            raise self.NVMLError("not found")
+        return "handle0"
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):  # noqa: N802
+        assert handle == "handle0" and kind == self.NVML_CLOCK_SM
+        return 1980
+
+    def nvmlDeviceGetCount(self):  # noqa: N802
+        return 1
 
 
-def test_sm_clock_reader_does_not_wait(monkeypatch, tmp_path):
-    import time
+def test_sm_clock_and_gpu_count_come_from_nvml(monkeypatch):
+    import costtune.env as env
 
-    from costtune.env import sm_clock_mhz, sm_clock_reader
-
-    monkeypatch.setenv("PATH", _fake_smi(tmp_path, 'sleep 0.5; echo "1980"') + os.pathsep
-                       + os.environ["PATH"])
-    start = time.perf_counter()
-    read = sm_clock_reader(0)
-    assert time.perf_counter() - start < 0.3  # nvidia-smi still running
-    assert read() == 1980 and time.perf_counter() - start >= 0.5
-    assert sm_clock_mhz(0) == 1980  # the waiting read agrees
-    monkeypatch.setenv("PATH", _fake_smi(tmp_path, "echo 'No devices were found'; exit 6"))
-    assert sm_clock_reader(0)() is None and sm_clock_mhz(0) is None
-    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no nvidia-smi at all
-    assert sm_clock_reader(0)() is None
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(env._NVML_STATE, "module", _FakeNvml())
+    assert env.sm_clock_mhz(0) == 1980 and env.sm_clock_mhz("GPU-abc") == 1980
+    assert env.sm_clock_reader(0)() == 1980  # a reading taken at the call agrees
+    assert env.gpu_count() == 1
+    assert env.sm_clock_mhz(3) is None and env.sm_clock_mhz("GPU-other") is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc")  # CUDA index 0 is that GPU
+    assert env.sm_clock_mhz(0) == 1980
+    monkeypatch.setitem(env._NVML_STATE, "module", None)  # no driver / no nvidia-ml-py
+    assert env.sm_clock_reader(0)() is None and env.sm_clock_mhz(0) is None
+    assert env.gpu_count() is None
 
 
 def test_host_cpu_use_reads_busy_niced_and_steal_from_proc_stat(tmp_path, monkeypatch):

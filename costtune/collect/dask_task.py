@@ -10,7 +10,6 @@ import functools
 import multiprocessing as mp
 import os
 import socket
-import subprocess
 import threading
 import time
 from typing import Any
@@ -79,7 +78,7 @@ def _measure_on_gpu(workload: Workload, configs: list[Config], *, reps: int, see
         cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
         raise RuntimeError(f"no CUDA GPU visible on {socket.gethostname()} "
                            f"(CUDA_VISIBLE_DEVICES={cvd!r}); give each worker one GPU")
-    clock_start = sm_clock_reader()  # nvidia-smi runs while the workload compiles
+    clock_start = sm_clock_reader()
     t0 = time.perf_counter()
     daemonic = mp.current_process().daemon  # a daemonic process may not start the compile pool
     workers = 0 if daemonic else (compile_workers or _default_compile_workers())
@@ -97,7 +96,7 @@ def _measure_on_gpu(workload: Workload, configs: list[Config], *, reps: int, see
         threading.Timer(1.0, os._exit, args=(70,)).start()
         raise
     finally:
-        start_mhz = clock_start()  # reaps nvidia-smi whatever happened
+        start_mhz = clock_start()
     t1 = time.perf_counter()
     meta["sm_clock_start_mhz"] = meta["sm_clock_mhz"] = start_mhz
     meta["sm_clock_end_mhz"] = sm_clock_reader()()
@@ -122,12 +121,9 @@ def _worker_info() -> dict[str, Any]:
 @functools.cache  # per worker process: GPUs and cores do not change under it
 def _default_compile_workers() -> int:
     """This worker's share of the host's cores: usable cores / GPUs on the host."""
-    try:
-        res = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
-        n_gpus = res.stdout.count("\nGPU ") + res.stdout.startswith("GPU ")
-    except (OSError, subprocess.SubprocessError):
-        n_gpus = 1
-    return max(1, len(os.sched_getaffinity(0)) // max(1, n_gpus))
+    from costtune.env import gpu_count
+
+    return max(1, len(os.sched_getaffinity(0)) // max(1, gpu_count() or 1))
 
 
 class ShutdownCompilePool(WorkerPlugin):
