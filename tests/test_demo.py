@@ -64,3 +64,27 @@ def test_tutorial_kernel_computes_a_matmul():
     c = matmul(a, b, BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=8)
     ref = a.float() @ b.float()
     assert torch.linalg.vector_norm(c.float() - ref) / torch.linalg.vector_norm(ref) < 5e-3
+
+
+def readme_block(heading: str) -> str:
+    """The first python code block under a README heading."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index(heading):]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_quick_start_runs_under_the_interpreter(tmp_path):
+    """The README's quick start, as a user runs it on a CPU: TRITON_INTERPRET=1, pruned to
+    top_k=4 of 108 configs by the shipped model without a fallback."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "quickstart.py"
+    script.write_text(readme_block("## Quick start"))
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "benchmarked 4 of 108; best BLOCK_M" in done.stdout
+    assert "CosttuneWarning" not in done.stderr, done.stderr
