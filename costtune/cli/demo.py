@@ -35,8 +35,7 @@ def register(app: typer.Typer) -> None:
              shape: list[str] = typer.Option(DEFAULT_SHAPES, "--shape",
                                              help="M,N,K of one fp16 matmul (repeatable)")
              ) -> None:
-        """Prune a Triton-tutorial matmul's 384 configs with the cost model (CPU; nothing
-        compiles or runs), show what was kept and why, then print the leaderboard."""
+        """Prune a tutorial matmul's 384 configs on a CPU, show why, print the leaderboard."""
         from costtune.cli.console import console
         from costtune.cli.eval import check_dataset, print_leaderboard
 
