@@ -14,7 +14,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Cheap Triton autotuning with a learned cost model.")
 
 # Command modules, in the order `costtune --help` lists them.
-COMMANDS: list[str] = ["kernels", "collect", "features", "train", "eval", "study"]
+COMMANDS: list[str] = ["demo", "kernels", "collect", "features", "train", "eval", "study"]
 
 for _name in COMMANDS:
     importlib.import_module(f"costtune.cli.{_name}").register(app)
