@@ -46,6 +46,9 @@ __all__ = ["FAMILY_PARAMS", "Launch", "LaunchSpec", "NotApplicable", "ProblemSpe
 _INFER_ORDER = ("gemm", "attention", "softmax")
 _NOT_ARGS = ("grid", "warmup")
 _GRID_SAMPLE = 32  # configs whose grid is evaluated (triton.cdiv costs microseconds a call)
+# Neutral parameters that are tile sizes (tl.arange extents): a grid fixes them only to a power
+# of two; otherwise fewer programs than rows read as a persistent loop (tutorial 02).
+_TILE_PARAMS = frozenset({"ROWS_PER_PROG"})
 
 
 @dataclass(frozen=True)
@@ -169,8 +172,7 @@ def _candidates(kind: KernelKind | None) -> list[str]:
 def _family_origin(spec: LaunchSpec, kind: KernelKind | None, family: str) -> str:
     if spec.family == family:
         return "family="
-    told = f"{kind.name} reads as {kind.what} ({kind.reason})" if kind else (
-        "told from the config names and args")
+    told = f"told by {kind.reason}" if kind else "told from the config names and args"
     return (f"{told}; family={spec.family!r} is not one costtune knows" if spec.family
             else told)
 
@@ -296,6 +298,8 @@ def _fixed_by_grid(launch: Launch, sample: Sequence[Any], programs: np.ndarray,
              round(programs[first] / base)}
     for param in free:
         for value in sorted(v for v in tries if v > 1):
+            if param in _TILE_PARAMS and value & (value - 1):
+                continue
             trial = replace(launch, meta={**launch.meta, param: value})
             if (_family_programs(trial, sample)[known] == programs[known]).all():
                 note = f"{param}={value} fixed by the launch grid ({programs[first]:g} programs)"
