@@ -276,6 +276,43 @@ def test_hopper_knobs_are_recognised_and_passed_through(record):
     assert not [m for m in ours(record) if "cannot" in m or "pruning failed" in m]
 
 
+@triton.jit
+def triton_per_fused__softmax_0(in_ptr0, out_ptr2, xnumel, r0_numel, XBLOCK: tl.constexpr):
+    # Inductor's persistent reduction: the reduction block is fixed in the body.
+    R0_BLOCK: tl.constexpr = 512
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    r0_index = tl.arange(0, R0_BLOCK)[None, :]
+    mask = (xindex < xnumel) & (r0_index < r0_numel)
+    tmp0 = tl.load(in_ptr0 + (r0_index + r0_numel * xindex), mask, other=float("-inf"))
+    tmp2 = tl.exp(tmp0 - tl.max(tmp0, 1)[:, None])
+    tmp4 = tl.sum(tl.where(mask, tmp2, 0.0), 1)[:, None]
+    tl.store(out_ptr2 + (r0_index + r0_numel * xindex), tmp2 / tmp4, mask)
+
+
+def test_inductor_persistent_reduction_reads_its_block_from_the_body(record):
+    configs = [triton.Config({"XBLOCK": x}, num_warps=w, num_stages=1)
+               for x in (1, 2, 4, 8) for w in (2, 4)]
+    bench = Bench()
+    tuner = costtune.autotune(configs, key=["xnumel", "r0_numel"], top_k=2, do_bench=bench)(
+        triton_per_fused__softmax_0)
+    x = torch.randn(12, 400)
+    y = torch.empty_like(x)
+    tuner[lambda meta: (triton.cdiv(12, meta["XBLOCK"]), 1, 1)](x, y, 12, 400)
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    assert bench.calls == 2 and ours(record) == []
+    report = _explain_call(tuner, (x, y, 12, 400),
+                           {"grid": lambda meta: (triton.cdiv(12, meta["XBLOCK"]), 1, 1)})
+    assert report.launch_params == {"BLOCK_N": 512}
+    assert report.origin["BLOCK_N"] == "kernel constant R0_BLOCK=512"
+    assert report.mapping == {"XBLOCK": "ROWS_PER_PROG"}
+
+
+def _explain_call(tuner, args, kwargs):
+    from costtune.tune.explain import explain_call
+
+    return explain_call(tuner, args, kwargs)
+
+
 def test_kernel_kinds_from_names_and_sources():
     @triton.jit
     def kernel(a, b, c, BLOCK: tl.constexpr):  # a GEMM by its source only

@@ -27,6 +27,9 @@ from costtune.kernels.base import NAME_PATTERNS, OTHER_KIND_PATTERNS, SOURCE_OPS
 
 _OPS = {op: re.compile(p) for op, p in SOURCE_OPS.items()}
 _WORD = re.compile(r"[A-Za-z_]\w*")
+# ``R0_BLOCK: tl.constexpr = 1024``: Inductor's persistent reductions fix their block inside.
+_CONSTANT = re.compile(r"^\s*(\w+)\s*:\s*(?:tl|triton\.language)\.constexpr\s*=\s*(\d+)\s*$",
+                       re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,17 @@ def _read_kind(fn: Any) -> KernelKind | None:
 
 
 _FAMILY_WORDS = {"gemm": "a GEMM", "softmax": "a softmax", "attention": "an attention kernel"}
+
+
+def source_constants(kernel: Any) -> dict[str, int]:
+    """Integer constexprs the kernel's body assigns (``R0_BLOCK: tl.constexpr = 1024``)."""
+    fn = python_function(kernel)
+    return {} if fn is None else dict(_constants(fn))
+
+
+@functools.lru_cache(maxsize=512)
+def _constants(fn: Any) -> tuple[tuple[str, int], ...]:
+    return tuple((name, int(value)) for name, value in _CONSTANT.findall(_source(fn, depth=0)))
 
 
 def _kind_of_ops(ops: set[str]) -> tuple[str | None, str]:

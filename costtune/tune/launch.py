@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from costtune.kernels.base import FAMILIES, LAUNCH_OPTION_DEFAULTS, PROBLEM_KEYS
-from costtune.tune.kind import KernelKind, read_kind
+from costtune.tune.kind import KernelKind, read_kind, source_constants
 from costtune.tune.names import FAMILY_PARAMS, map_params, mapping_hint
 from costtune.tune.sizes import (
     NotApplicable,
@@ -120,6 +120,7 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
     cannot be told. ``kernel``: the autotuner or JIT function (its name and source say what
     it computes); ``grid``: the launch grid, checked against the family's program count."""
     kind = read_kind(kernel) if kernel is not None else None
+    constants = source_constants(kernel) if kernel is not None else {}
     names = [k for c in configs for k in c.kwargs]
     declared = spec.family in FAMILIES
     families = [spec.family] if declared else _candidates(kind)
@@ -127,7 +128,7 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
              else f"{kind.name} reads as {kind.what} ({kind.reason}), but ")
     failures: list[tuple[str, str]] = []
     for family in families:
-        pm = map_params(family, names, args, user=spec.params)
+        pm = map_params(family, names, args, user=spec.params, constants=constants)
         if pm.missing:
             failures.append(("params", f"{reads}configs {sorted(set(names))} give no {family} "
                              f"parameter(s) {list(pm.missing)}, nor does the launch; map "

@@ -56,9 +56,12 @@ class ParamMap:
 
 
 def map_params(family: str, config_names: Iterable[str], args: Mapping[str, Any], *,
-               user: Mapping[str, str]) -> ParamMap:
-    """How the configs' names (and the launch's integer kwargs) give ``family``'s parameters;
-    ``user`` (``params=``) wins over the known spellings."""
+               user: Mapping[str, str], constants: Mapping[str, int] | None = None
+               ) -> ParamMap:
+    """How the configs' names, the launch's integer kwargs and the kernel's own integer
+    constexprs (``constants``) give ``family``'s parameters; ``user`` (``params=``) wins over
+    the known spellings."""
+    constants = constants or {}
     names = list(dict.fromkeys(config_names))
     required, neutral = FAMILY_PARAMS[family]
     rename: dict[str, str] = {}
@@ -74,9 +77,13 @@ def map_params(family: str, config_names: Iterable[str], args: Mapping[str, Any]
             origin[param] = f"config {in_config}" + (" (params=)" if in_config in user else "")
             continue
         at_launch = next((n for n in spellings if _is_int(args.get(n))), None)
+        in_body = next((n for n in spellings if _is_int(constants.get(n))), None)
         if at_launch is not None:
             meta[param] = int(args[at_launch])
             origin[param] = f"launch {at_launch}={args[at_launch]}"
+        elif in_body is not None:
+            meta[param] = int(constants[in_body])
+            origin[param] = f"kernel constant {in_body}={constants[in_body]}"
         elif param in required:
             missing.append(param)
     rest = [n for n in names if n not in rename]
