@@ -25,6 +25,7 @@ _EXPORTS = {
     "prune_configs_by": "costtune.tune.pruner",
     "autotune": "costtune.tune.autotune",
     "harvest": "costtune.tune.harvest",
+    "explain": "costtune.tune.explain",
     "CostModel": "costtune.model.xgb",
     "collect_dask": "costtune.collect.dask",
     "ConfigStudy": "costtune.search.study",

@@ -1,4 +1,4 @@
-"""`costtune` command line: kernels | collect | features | train | eval | study.
+"""`costtune` command line: kernels | collect | features | train | eval | study | explain.
 
 One module per command under ``costtune.cli``; each defines ``register(app)``.
 """
@@ -14,7 +14,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Cheap Triton autotuning with a learned cost model.")
 
 # Command modules, in the order `costtune --help` lists them.
-COMMANDS: list[str] = ["demo", "kernels", "collect", "features", "train", "eval", "study"]
+COMMANDS: list[str] = ["demo", "kernels", "collect", "features", "train", "eval", "study",
+                       "explain"]
 
 for _name in COMMANDS:
     importlib.import_module(f"costtune.cli.{_name}").register(app)

@@ -36,6 +36,91 @@ SIZE_KEYS: dict[str, tuple[str, ...]] = {
 # Every family's problem keys, in family order (the dataset's problem columns).
 PROBLEM_COLUMNS: tuple[str, ...] = tuple(k for f in FAMILIES for k in PROBLEM_KEYS[f])
 
+# How kernels people write name each family's config parameters: Triton's tutorials
+# (BLOCK_SIZE_M, BLOCK_SIZE), Inductor's generated kernels (XBLOCK over rows, R0_BLOCK / RBLOCK
+# over the reduction) and common kernel libraries (BM / BN / BK, TILE_N, BLOCK_Q / BLOCK_KV).
+# Per family parameter, in order of preference; costtune's own name comes first.
+PARAM_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "gemm": {
+        "BLOCK_M": ("BLOCK_M", "BLOCK_SIZE_M", "BM", "TILE_M", "BLOCK_M_SIZE"),
+        "BLOCK_N": ("BLOCK_N", "BLOCK_SIZE_N", "BN", "TILE_N", "BLOCK_N_SIZE"),
+        "BLOCK_K": ("BLOCK_K", "BLOCK_SIZE_K", "BK", "TILE_K", "BLOCK_K_SIZE"),
+        "SPLIT_K": ("SPLIT_K", "SPLITK", "SPLIT_K_FACTOR"),
+    },
+    "softmax": {
+        "BLOCK_N": ("BLOCK_N", "BLOCK_SIZE", "BLOCK_SIZE_N", "R0_BLOCK", "RBLOCK", "BLOCK",
+                    "TILE_N", "BLOCK_COLS", "TILE_SIZE"),
+        "ROWS_PER_PROG": ("ROWS_PER_PROG", "XBLOCK", "ROWS_PER_PROGRAM", "BLOCK_M",
+                          "BLOCK_SIZE_M", "BLOCK_ROWS", "TILE_M", "ROW_BLOCK"),
+    },
+    "attention": {
+        "BLOCK_M": ("BLOCK_M", "BLOCK_SIZE_M", "BLOCK_Q", "BM", "BLOCK_M_Q"),
+        "BLOCK_N": ("BLOCK_N", "BLOCK_SIZE_N", "BLOCK_KV", "BN", "BLOCK_N_KV"),
+    },
+}
+# The same for problem sizes, as kernel arguments: tutorial 02's n_rows / n_cols, Inductor's
+# xnumel / r0_numel (rnumel before torch 2.6), tutorial 06's Z / H / N_CTX / HEAD_DIM,
+# flash-attn's batch / nheads / seqlen / headdim, FlagGems' softmax M / N.
+SIZE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "gemm": {"M": ("M", "m", "size_m"), "N": ("N", "n", "size_n"), "K": ("K", "k", "size_k")},
+    "softmax": {
+        "rows": ("rows", "n_rows", "num_rows", "xnumel", "n_row", "M"),
+        "cols": ("cols", "n_cols", "num_cols", "r0_numel", "rnumel", "n_col", "N"),
+    },
+    "attention": {
+        "B": ("B", "Z", "BATCH", "batch", "batch_size"),
+        "H": ("H", "N_HEAD", "N_HEADS", "nheads", "num_heads", "n_heads"),
+        "S": ("S", "N_CTX", "seq_len", "seqlen", "SEQ_LEN", "seqlen_q", "N_CTX_Q"),
+        "D": ("D", "HEAD_DIM", "head_dim", "headdim", "BLOCK_DMODEL", "BLOCK_HEADDIM",
+              "D_HEAD"),
+        "causal": ("causal", "CAUSAL", "IS_CAUSAL", "is_causal"),
+    },
+}
+# Flags passed as a code: tutorial 06's STAGE is 3 for causal attention and 1 otherwise.
+CODED_FLAGS: dict[str, dict[str, tuple[str, dict[int, int]]]] = {
+    "attention": {"causal": ("STAGE", {1: 0, 3: 1})},
+}
+# The input operand whose dtype is the launch's (outputs or fp32 statistics may differ).
+INPUT_NAMES: dict[str, tuple[str, ...]] = {
+    "gemm": ("a", "a_ptr", "A", "a_desc", "desc_a", "x", "x_ptr"),
+    "softmax": ("x", "x_ptr", "input_ptr", "in_ptr0", "X", "inp", "input"),
+    "attention": ("q", "Q", "q_ptr", "desc_q", "q_desc"),
+}
+# Triton launch options besides num_warps / num_stages, with their neutral values.
+LAUNCH_OPTION_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None}
+# Config knobs that kernels tune and no family model has learned (its data holds none):
+# recognised, passed to Triton unchanged and never a reason to give up on a kernel.
+KNOWN_KNOBS: tuple[str, ...] = (
+    "GROUP_SIZE_M", "GROUP_M", "GROUP_SIZE", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE",
+    "warp_specialize", "FLATTEN", "TMA", "USE_TMA", "NUM_SMS", "NUM_CTAS", "num_ctas",
+    "maxnreg", "NUM_STAGES", "EVEN_K", "ONE_TILE_PER_CTA", "NUM_BUFFERS", "NUM_CONSUMER_GROUPS")
+
+# What a kernel's name says it computes (``re.search`` on the lower-cased name).
+NAME_PATTERNS: dict[str, str] = {
+    "gemm": r"matmul|gemm|(?<![a-z])(b|add)?mm(?![a-z])|linear",
+    "softmax": r"softmax",
+    "attention": r"attn|attention|flash|fmha|sdpa|(?<![a-z])mha(?![a-z])",
+}
+# Kernels of kinds no family stands for, by name; checked before NAME_PATTERNS, so a fused
+# "matmul_rmsnorm" or a "softmax_backward" counts as unseen.
+OTHER_KIND_PATTERNS: dict[str, str] = {
+    "a backward pass": r"(?<![a-z])(bwd|backward|grad)(?![a-z])",
+    "a layer norm": r"layer_?norm|(?<![a-z])ln(?![a-z])",
+    "an RMS norm": r"rms_?norm",
+    "a batch / group norm": r"(batch|group|instance)_?norm",
+    "a convolution": r"conv",
+    "a cross-entropy": r"cross_?entropy",
+    "a rotary embedding": r"rotary|(?<![a-z])rope(?![a-z])",
+}
+# Operations that say what a kernel's source computes, when its name does not.
+SOURCE_OPS: dict[str, str] = {
+    "dot": r"\bdot(_scaled)?\s*\(",
+    "exp": r"\bexp2?\s*\(",
+    "max": r"\b(max2?|maximum|amax)\s*\(",
+    "sum": r"\bsum2?\s*\(",
+    "rsqrt": r"\b(rsqrt|sqrt)\s*\(",
+}
+
 
 @dataclass
 class KernelCall:

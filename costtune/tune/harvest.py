@@ -8,10 +8,15 @@ metadata. Infinite timings (Triton's OutOfResources / PTXAS / compile-time failu
 as ``compile_error`` rows: failures are data.
 
 Rows are labelled with costtune's family name only for costtune's own family kernels; any other
-kernel keeps its function name as ``kernel`` and, when the launch reads as a family, carries
-``family`` and the family's sizes and parameter names (``df.assign(kernel=df.family)`` turns
-them into training rows). Times are Triton's ``do_bench`` (or the tuner's own), not costtune's
-graph replay, and outputs are not checked against a reference: the part's metadata says so.
+kernel keeps its function name as ``kernel`` and, when the launch reads as a family (as the
+pruning hook reads it: names as Triton's tutorials and Inductor spell them, launch kwargs,
+tensor and TensorDescriptor shapes), carries ``family``, the family's sizes and parameter
+names, and ``param_map`` (config name -> family name); ``df.assign(kernel=df.family)`` turns
+them into training rows. Knobs no model learns (GROUP_SIZE_M, WARP_SPECIALIZE, num_ctas,
+maxnreg, ...) stay columns of their own. A kernel declared as a family it does not read as
+(a layer norm declared as softmax) is not labelled with it. Times are Triton's ``do_bench``
+(or the tuner's own), not costtune's graph replay, and outputs are not checked against a
+reference: the part's metadata says so.
 
 >>> import costtune
 >>> with costtune.harvest("my_dataset"):  # doctest: +SKIP
@@ -35,6 +40,7 @@ from costtune.tune.launch import (
     describe,
     family_params,
     first_tensor_dtype,
+    launch_options,
 )
 
 TIMING_NOTE = ("triton.autotune do_bench (or the tuner's own do_bench); outputs not checked "
@@ -153,11 +159,14 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
     base = tuner.base_fn
     own = base.__module__ in {f"costtune.kernels.{f}" for f in FAMILIES}
     try:
-        launch = describe(spec, configs, args=all_args)
-        params = family_params(launch.family, configs, rename=spec.params)
+        launch = describe(spec, configs, args=all_args, kernel=tuner, grid=kwargs.get("grid"))
+        if any(c in ("kind", "family") for c, _ in launch.doubts):
+            raise NotApplicable("kind", "declared as a family it does not read as")
+        params = family_params(launch.family, configs, rename=launch.rename, meta=launch.meta)
         family, problem, dtype = launch.family, launch.problem, launch.dtype
+        param_map = repr({k: v for k, v in launch.rename.items() if k != v})
     except NotApplicable:
-        family, params = None, None
+        family, params, param_map = None, None, ""
         problem = {k: all_args[k] for k in tuner.keys
                    if isinstance(all_args.get(k), (int, float)) and not isinstance(
                        all_args.get(k), bool)}
@@ -167,9 +176,13 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
     key_values = [all_args.get(k) for k in tuner.keys]
     rows = []
     for i, config in enumerate(configs):
-        values = (params[i] | {k: v for k, v in _renamed(config, spec).items()
-                               if k not in params[i]}) if params else None
-        cfg = Config.from_dict(values) if values else Config.from_triton(config)
+        extras = {k: v for k, v in config.kwargs.items()
+                  if params is None or (k not in launch.rename and k not in params[i])}
+        values = {**(params[i] if params else dict(config.kwargs)), **extras,
+                  **launch_options(config)}
+        if not params:
+            values.update(num_warps=config.num_warps, num_stages=config.num_stages)
+        cfg = Config.from_dict(values)
         p50, p20, p80 = _quantiles(tuner.configs_timings[config])
         ok = math.isfinite(p50)
         rows.append({
@@ -179,16 +192,13 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
             "time_p80_ms": p80 if ok else math.nan, "rel_err": math.nan,
             "error": "" if ok else "triton.autotune timed it as inf (OutOfResources, PTXAS "
                                    "error or compile-time assertion)",
-            "gpu": gpu, "family": family, "kernel_fn": f"{base.__module__}.{base.__qualname__}",
+            "gpu": gpu, "family": family, "param_map": param_map,
+            "kernel_fn": f"{base.__module__}.{base.__qualname__}",
             "tuning_key": repr(tuple(key_values)),
             "bench_s": float(getattr(tuner, "bench_time", math.nan)),
             "n_tuned": len(configs), "n_configs": len(tuner.configs),
         })
     return kernel, rows
-
-
-def _renamed(config: Any, spec: LaunchSpec) -> dict[str, Any]:
-    return {spec.params.get(k, k): v for k, v in config.kwargs.items()}
 
 
 def _quantiles(timing: Any) -> tuple[float, float, float]:

@@ -1,9 +1,11 @@
 """An autotuned launch in a kernel family's terms: family, problem sizes, dtype, config params.
 
-The pruning hook (``costtune.tune.pruner``) and the harvest listener see only what Triton hands an
-``early_config_prune``: the configs, the named args and the call's kwargs (with ``grid``).
-``describe`` turns that into a ``Launch`` (family, problem, dtype) and ``family_params`` turns each
-config into the family's parameter dict, so static features and the cost model apply.
+The pruning hook (``costtune.tune.pruner``) and the harvest listener see only what Triton hands
+an ``early_config_prune``: the configs, the named args and the call's kwargs (with ``grid``),
+plus the kernel itself (``tune.kind.calling_tuner``). ``describe`` turns that into a
+``Launch`` and ``family_params`` turns each config into the family's parameter dict, so static
+features and the cost model apply. The pieces: what the kernel computes (``tune.kind``), how
+its names map onto the family's (``tune.names``), its sizes and dtype (``tune.sizes``).
 
 >>> import triton
 >>> cfg = triton.Config({"BM": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=3)
@@ -11,53 +13,55 @@ config into the family's parameter dict, so static features and the cost model a
 >>> launch = describe(spec, [cfg], args={"M": 512, "N": 256, "K": 128})
 >>> launch.family, launch.problem
 ('gemm', {'M': 512, 'N': 256, 'K': 128})
->>> family_params("gemm", [cfg], rename=spec.params)[0]["SPLIT_K"]
+>>> family_params("gemm", [cfg], rename=launch.rename)[0]["SPLIT_K"]
 1
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from costtune.kernels import FAMILIES, PROBLEM_KEYS
+from costtune.kernels.base import FAMILIES, LAUNCH_OPTION_DEFAULTS, PROBLEM_KEYS
+from costtune.tune.kind import KernelKind, read_kind, source_constants
+from costtune.tune.names import FAMILY_PARAMS, map_params, mapping_hint
+from costtune.tune.sizes import (
+    NotApplicable,
+    ProblemSpec,
+    find_problem,
+    first_tensor_dtype,
+    launch_dtype,
+)
 
-# Per family: parameters a config must give, and those with a neutral value when absent.
-FAMILY_PARAMS: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
-    "gemm": (("BLOCK_M", "BLOCK_N", "BLOCK_K"), {"SPLIT_K": 1}),
-    "softmax": (("BLOCK_N",), {"ROWS_PER_PROG": 1}),
-    "attention": (("BLOCK_M", "BLOCK_N"), {}),
-}
-# Families tried, in order, when none is given: the most specific parameter sets first.
+__all__ = ["FAMILY_PARAMS", "Launch", "LaunchSpec", "NotApplicable", "ProblemSpec",
+           "call_args", "config_key", "describe", "family_params", "first_tensor_dtype",
+           "grid_programs", "launch_options"]
+
+# Families tried, in order, when neither the user nor the kernel says: the most specific
+# parameter sets first.
 _INFER_ORDER = ("gemm", "attention", "softmax")
-# Other spellings of problem sizes found in Triton code (the softmax tutorial's n_rows, n_cols).
-_ALIASES = {"rows": ("n_rows", "num_rows"), "cols": ("n_cols", "num_cols"),
-            "causal": ("CAUSAL", "IS_CAUSAL", "is_causal")}
 _NOT_ARGS = ("grid", "warmup")
-
-ProblemSpec = Mapping[str, Any] | Callable[[dict[str, Any]], Mapping[str, Any]] | None
-
-
-class NotApplicable(Exception):
-    """The launch cannot be described in a family's terms; ``category`` names why."""
-
-    def __init__(self, category: str, message: str) -> None:
-        super().__init__(message)
-        self.category = category
+_GRID_SAMPLE = 32  # configs whose grid is evaluated (triton.cdiv costs microseconds a call)
+# Neutral parameters that are tile sizes (tl.arange extents): a grid fixes them only to a power
+# of two; otherwise fewer programs than rows read as a persistent loop (tutorial 02).
+_TILE_PARAMS = frozenset({"ROWS_PER_PROG"})
 
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """What the user told the hook: family, problem mapping, parameter renames, dtype."""
+    """What the user told the hook: family, problem mapping, parameter renames, dtype, and
+    ``trust_family``: rank a kernel declared as a family as one of its own, even when its
+    name or source reads as another kind (no wider k)."""
 
     family: str | None = None
     problem: ProblemSpec = None
     params: Mapping[str, str] = field(default_factory=dict)
     dtype: str | None = None
+    trust_family: bool = False
 
     def check(self) -> None:
         """ValueError for a mapping that names sizes or parameters the family does not have."""
@@ -83,9 +87,24 @@ class LaunchSpec:
 
 @dataclass(frozen=True)
 class Launch:
+    """One launch as a family's workload. ``rename``: config name -> family parameter;
+    ``meta``: family parameters fixed at the launch (kwargs) or by the grid's program count;
+    ``origin``: where each size, parameter, the dtype and the family came from; ``knobs`` /
+    ``unknown``: config names the model does not learn (recognised / not); ``kind``: what
+    the kernel's name or source reads as; ``doubts``: (category, message) reasons the model
+    may not hold here (the hook widens k); ``info``: notes for ``costtune.explain``."""
+
     family: str
     problem: dict[str, int]
     dtype: str
+    rename: dict[str, str] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)
+    knobs: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+    kind: KernelKind | None = None
+    doubts: tuple[tuple[str, str], ...] = ()
+    info: tuple[str, ...] = ()
 
 
 def call_args(named_args: Mapping[str, Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,146 +114,120 @@ def call_args(named_args: Mapping[str, Any], kwargs: Mapping[str, Any]) -> dict[
     return out
 
 
-def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any]) -> Launch:
-    """The launch's family, problem sizes and dtype; NotApplicable when they cannot be told."""
-    dtype = spec.dtype or first_tensor_dtype(args)
-    if dtype is None:
-        raise NotApplicable("problem", "no tensor argument to take the dtype from; pass dtype=")
-    if spec.family is not None:
-        if spec.family not in FAMILIES:
-            raise NotApplicable("family", f"unknown kernel family {spec.family!r} (known: "
-                                f"{', '.join(FAMILIES)})")
-        return Launch(spec.family, resolve_problem(spec.family, args, spec=spec.problem),
-                      dtype)
-    names = {spec.params.get(k, k) for c in configs for k in c.kwargs}
-    for family in _INFER_ORDER:
-        required, neutral = FAMILY_PARAMS[family]
-        if not set(required) <= names:
+def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any],
+             kernel: Any = None, grid: Any = None) -> Launch:
+    """The launch's family, sizes, dtype and parameter mapping; NotApplicable when they
+    cannot be told. ``kernel``: the autotuner or JIT function (its name and source say what
+    it computes); ``grid``: the launch grid, checked against the family's program count."""
+    kind = read_kind(kernel) if kernel is not None else None
+    constants = source_constants(kernel) if kernel is not None else {}
+    names = [k for c in configs for k in c.kwargs]
+    declared = spec.family in FAMILIES
+    families = [spec.family] if declared else _candidates(kind)
+    reads = ("" if declared or kind is None
+             else f"{kind.name} reads as {kind.what} ({kind.reason}), but ")
+    failures: list[tuple[str, str]] = []
+    for family in families:
+        pm = map_params(family, names, args, user=spec.params, constants=constants)
+        if pm.missing:
+            failures.append(("params", f"{reads}configs {sorted(set(names))} give no {family} "
+                             f"parameter(s) {list(pm.missing)}, nor does the launch; map "
+                             f"yours with {mapping_hint(family, pm.unknown, pm.missing)}"))
             continue
-        # Softmax configs are the least specific: a tile in M or K means another family.
-        if family == "softmax" and not names <= {*required, *neutral}:
-            continue
+        if not declared and pm.foreign_tiles():
+            continue  # e.g. a BLOCK_K: not a softmax
         try:
-            return Launch(family, resolve_problem(family, args, spec=spec.problem), dtype)
-        except NotApplicable:
+            problem, origin = find_problem(family, args, spec=spec.problem)
+        except NotApplicable as exc:
+            failures.append((exc.category, str(exc)))
             continue
+        dtype, origin["dtype"] = ((spec.dtype, "dtype=") if spec.dtype
+                                  else launch_dtype(family, args))
+        if dtype is None:
+            raise NotApplicable("problem", "no tensor argument to take the dtype from; pass "
+                                "dtype=")
+        origin["family"] = _family_origin(spec, kind, family)
+        launch = Launch(family, problem, dtype, pm.rename, pm.meta, {**origin, **pm.origin},
+                        pm.knobs, pm.unknown, kind, _kind_doubts(spec, kind, family))
+        return launch if grid is None else _with_grid(launch, configs, args=args, grid=grid)
+    if failures and (declared or len(families) == 1):
+        raise NotApplicable(*failures[0])
     raise NotApplicable("family", f"cannot tell the kernel family from config parameters "
-                        f"{sorted(names)} and args {sorted(args)}; pass family=, problem= "
+                        f"{sorted(set(names))} and args {sorted(args)}; pass family=, problem= "
                         "and params=")
 
 
-def resolve_problem(family: str, args: Mapping[str, Any], *,
-                    spec: ProblemSpec) -> dict[str, int]:
-    """The family's problem sizes: from ``spec`` (a mapping or a callable), else args with the
-    family's names, else tensor shapes (GEMM a @ b, softmax x, attention q)."""
-    keys = PROBLEM_KEYS[family]
-    if callable(spec):
-        got = dict(spec(dict(args)))
-    else:
-        got = {k: _lookup(v, args) for k, v in (spec or {}).items()}
-    shapes: dict[str, int] | None = None
-    out = {}
-    for key in keys:
-        value = got.get(key)
-        if value is None:
-            value = _named_size(key, args)
-        if value is None and key == "causal":
-            value = 0
-        if value is None:
-            shapes = _from_tensors(family, args) if shapes is None else shapes
-            value = shapes.get(key)
-        if value is None:
-            raise NotApplicable("problem", f"cannot find {family} size {key!r} in the args "
-                                f"{sorted(args)}; pass problem={{'{key}': 'arg_name'}}")
-        out[key] = _size(key, value)
-    return out
+def _candidates(kind: KernelKind | None) -> list[str]:
+    """Families to try for a kernel no one declared: the one its name or source reads as,
+    else all; a kernel of another kind is not told to be any."""
+    if kind is None:
+        return list(_INFER_ORDER)
+    if kind.family is None:
+        raise NotApplicable("family", f"cannot tell the kernel family: {kind.name} reads as "
+                            f"{kind.what} ({kind.reason}), a kind no costtune model has seen; "
+                            "pass family= to rank it as one anyway (k is widened unless "
+                            "trust_family=True)")
+    return [kind.family]
 
 
-def _lookup(value: Any, args: Mapping[str, Any]) -> Any:
-    if isinstance(value, str):
-        if value not in args:
-            raise NotApplicable("problem", f"problem maps to arg {value!r}, not among "
-                                f"{sorted(args)}")
-        if hasattr(args[value], "shape"):
-            raise NotApplicable("problem", f"arg {value!r} is a tensor; map to "
-                                f"({value!r}, dim) for one of its sizes")
-        return args[value]
-    if isinstance(value, tuple) and len(value) == 2:
-        name, dim = value
-        tensor = args.get(name)
-        if not hasattr(tensor, "shape"):
-            raise NotApplicable("problem", f"problem maps to ({name!r}, {dim}) but {name!r} "
-                                "is not a tensor argument")
-        return tensor.shape[dim]
-    return value
+def _family_origin(spec: LaunchSpec, kind: KernelKind | None, family: str) -> str:
+    if spec.family == family:
+        return "family="
+    told = f"told by {kind.reason}" if kind else "told from the config names and args"
+    return (f"{told}; family={spec.family!r} is not one costtune knows" if spec.family
+            else told)
 
 
-def _named_size(key: str, args: Mapping[str, Any]) -> Any:
-    for name in (key, *_ALIASES.get(key, ())):
-        value = args.get(name)
-        if value is not None and _is_number(value):
-            return value
-    return None
+def _kind_doubts(spec: LaunchSpec, kind: KernelKind | None, family: str
+                 ) -> tuple[tuple[str, str], ...]:
+    if spec.trust_family:
+        return ()
+    if spec.family is not None and spec.family not in FAMILIES:
+        return (("family", f"unknown kernel family {spec.family!r}, ranked as {family}: the "
+                 f"{family} model has not seen such kernels (trust_family=True keeps k)"),)
+    if spec.family == family and kind is not None and kind.contradicts(family):
+        return (("kind", f"{kind.name} reads as {kind.what} ({kind.reason}), not {family}: "
+                 f"the {family} model has not seen such kernels (trust_family=True keeps k)"),)
+    return ()
 
 
-def _from_tensors(family: str, args: Mapping[str, Any]) -> dict[str, int]:
-    tensors = [v for v in args.values() if hasattr(v, "shape") and hasattr(v, "dtype")]
-    if family == "gemm":
-        mats = [t for t in tensors if len(t.shape) == 2]
-        if len(mats) >= 2 and mats[0].shape[1] == mats[1].shape[0]:
-            (m, k), n = mats[0].shape, mats[1].shape[1]
-            return {"M": m, "N": n, "K": k}
-    elif family == "softmax":
-        x = args.get("x") if hasattr(args.get("x"), "shape") else next(iter(tensors), None)
-        if x is not None and len(x.shape) >= 1 and x.shape[-1] > 0:
-            cols = int(x.shape[-1])
-            return {"rows": math.prod(x.shape) // cols, "cols": cols}
-    elif family == "attention":
-        q = next((t for t in tensors if len(t.shape) == 4), None)
-        if q is not None:
-            return dict(zip(("B", "H", "S", "D"), (int(s) for s in q.shape)))
-    return {}
-
-
-def _size(key: str, value: Any) -> int:
-    if hasattr(value, "item"):  # a 0-dim tensor or numpy scalar
-        value = value.item()
-    if not _is_number(value) or (key != "causal" and int(value) < 1):
-        raise NotApplicable("problem", f"size {key}={value!r} is not a positive integer")
-    return int(value)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value)
-
-
-def first_tensor_dtype(args: Mapping[str, Any]) -> str | None:
-    """Name of the first tensor argument's dtype (``"float16"``), None without tensors."""
-    for value in args.values():
-        dtype = getattr(value, "dtype", None)
-        if dtype is not None and hasattr(value, "shape"):
-            return str(dtype).removeprefix("torch.")
-    return None
-
-
-def family_params(family: str, configs: Sequence[Any], *,
-                  rename: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Per config: the family's parameters (renamed, neutral values filled in) plus num_warps
-    and num_stages. Parameters the family does not know are left out."""
+def family_params(family: str, configs: Sequence[Any], *, rename: Mapping[str, str],
+                  meta: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Per config: the family's parameters (renamed; else fixed at the launch, ``meta``; else
+    their neutral value) plus num_warps and num_stages. Names the family does not know are
+    left out."""
     required, neutral = FAMILY_PARAMS[family]
+    meta = dict(meta or {})
     out = []
     for c in configs:
         kw = {rename.get(k, k): v for k, v in c.kwargs.items()}
-        missing = [p for p in required if p not in kw]
+        missing = [p for p in required if p not in kw and p not in meta]
         if missing:
             raise NotApplicable("params", f"config {dict(c.kwargs)} lacks {family} "
                                 f"parameter(s) {missing}; map yours with "
-                                f"params={{'YOUR_NAME': '{missing[0]}'}}")
-        d = {p: kw[p] for p in required}
-        d.update((p, kw.get(p, v)) for p, v in neutral.items())
+                                f"{mapping_hint(family, c.kwargs, missing)}")
+        d = {p: kw.get(p, meta.get(p)) for p in required}
+        d.update((p, kw.get(p, meta.get(p, v))) for p, v in neutral.items())
         d["num_warps"], d["num_stages"] = c.num_warps, c.num_stages
         out.append(d)
     return out
+
+
+def launch_options(config: Any) -> dict[str, Any]:
+    """A config's Triton launch options besides num_warps / num_stages that are not at their
+    neutral value (``num_ctas=2``, ``maxnreg=128``)."""
+    return {k: getattr(config, k) for k, neutral in LAUNCH_OPTION_DEFAULTS.items()
+            if getattr(config, k, neutral) != neutral}
+
+
+def config_key(config: Any) -> str:
+    """Canonical key of a triton.Config (or costtune Config): ``Config.key`` plus the launch
+    options it sets (so configs varying only num_ctas or maxnreg differ)."""
+    from costtune.types import Config
+
+    values = {**dict(config.kwargs), **launch_options(config),
+              "num_warps": config.num_warps, "num_stages": config.num_stages}
+    return Config.from_dict(values).key
 
 
 def grid_programs(grid: Any, args: Mapping[str, Any], *, configs: Sequence[Any]) -> np.ndarray:
@@ -252,3 +245,74 @@ def grid_programs(grid: Any, args: Mapping[str, Any], *, configs: Sequence[Any])
                 seen[key] = np.nan
         out[i] = seen[key]
     return out
+
+
+def _with_grid(launch: Launch, configs: Sequence[Any], *, args: Mapping[str, Any],
+               grid: Any) -> Launch:
+    """Check the grid's program count against the family's, on up to 32 configs spread over
+    the list. Agreeing: as is. A neutral parameter the configs lack (ROWS_PER_PROG, SPLIT_K)
+    that one value reconciles: fixed to it. A persistent launch (``min(C, tiles)`` programs,
+    tutorial 09's ``NUM_SMS``): noted. Anything else: a "grid" doubt."""
+    picks = np.unique(np.linspace(0, len(configs) - 1, min(len(configs), _GRID_SAMPLE)
+                                  ).astype(int))
+    sample = [configs[i] for i in picks]
+    programs = grid_programs(grid, args, configs=sample)
+    known = np.isfinite(programs)
+    expected = _family_programs(launch, sample)
+    if not known.any() or (programs[known] == expected[known]).all():
+        return launch
+    fixed = _fixed_by_grid(launch, sample, programs, known)
+    if fixed is not None:
+        return fixed
+    persistent = _persistent(programs[known], expected[known])
+    if persistent is not None:
+        return replace(launch, info=(*launch.info, f"persistent launch: at most "
+                                     f"{persistent:g} programs loop over the {launch.family} "
+                                     "tiles (ranked by the tiles)"))
+    i = int(np.flatnonzero(known & (programs != expected))[0])
+    doubt = ("grid", f"the launch grid gives {programs[i]:g} programs for "
+             f"{config_key(sample[i])} where the {launch.family} model assumes "
+             f"{expected[i]:g}")
+    return replace(launch, doubts=(*launch.doubts, doubt))
+
+
+def _family_programs(launch: Launch, configs: Sequence[Any]) -> np.ndarray:
+    from costtune.features.static import static_features_for
+
+    params = family_params(launch.family, configs, rename=launch.rename, meta=launch.meta)
+    feats = static_features_for(launch.family, launch.problem, launch.dtype, params)
+    return feats["num_programs"].to_numpy()
+
+
+def _fixed_by_grid(launch: Launch, sample: Sequence[Any], programs: np.ndarray,
+                   known: np.ndarray) -> Launch | None:
+    """The launch with the family's absent neutral parameter set to the one value that makes
+    every sampled config's program count the grid's, or None."""
+    _, neutral = FAMILY_PARAMS[launch.family]
+    free = [p for p in neutral if p not in launch.meta and p not in launch.rename.values()]
+    if not free:
+        return None
+    first = int(np.flatnonzero(known)[0])
+    base = _family_programs(launch, sample[first:first + 1])[0]
+    ratio = base / programs[first]
+    tries = {math.ceil(ratio), 1 << max(0, math.ceil(math.log2(max(ratio, 1)))),
+             round(programs[first] / base)}
+    for param in free:
+        for value in sorted(v for v in tries if v > 1):
+            if param in _TILE_PARAMS and value & (value - 1):
+                continue
+            trial = replace(launch, meta={**launch.meta, param: value})
+            if (_family_programs(trial, sample)[known] == programs[known]).all():
+                note = f"{param}={value} fixed by the launch grid ({programs[first]:g} programs)"
+                return replace(trial, origin={**trial.origin, param: "launch grid"},
+                               info=(*trial.info, note))
+    return None
+
+
+def _persistent(programs: np.ndarray, expected: np.ndarray) -> float | None:
+    """C when every config launches min(C, its family program count) programs."""
+    fewer = programs < expected
+    caps = np.unique(programs[fewer])
+    if len(caps) != 1 or (programs > expected).any() or (expected[~fewer] > caps[0]).any():
+        return None
+    return float(caps[0])

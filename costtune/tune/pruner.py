@@ -8,13 +8,16 @@ before anything compiles, and Triton benchmarks only the ``top_k`` best.
 
 How one tuning call is decided:
 
-1. Describe the launch (``tune.launch``): family (given or told from config names and args),
-   problem sizes (args named like the family's sizes, a ``problem=`` mapping, tensor shapes),
-   dtype (first tensor). Cannot tell -> keep all configs.
+1. Describe the launch (``tune.launch``): family (given, or told from the kernel's name or
+   source and the config names), parameters (config or launch names as Triton's tutorials,
+   Inductor and kernel libraries spell them), problem sizes (args named like the family's
+   sizes, a ``problem=`` mapping, tensor and TensorDescriptor shapes), dtype (the input
+   operand's). Cannot tell, or a kernel of another kind -> keep all configs.
 2. Pick the model (``model.registry``; trust in ``tune.ranking``): missing, unreadable,
    another feature schema, or not trained on this family -> keep all configs.
-3. Doubts: another GPU or triton version, sizes more than ``range_margin`` octaves outside the
-   training range, a dtype the family's data lacks, a launch grid unlike the family's, a model
+3. Doubts: a kernel declared as a family it does not read as (or of an unknown family), another
+   GPU or triton version, sizes more than ``range_margin`` octaves outside the training
+   range, a dtype the family's data lacks, a launch grid unlike the family's, a model
    that needs compiled features without ``two_stage`` -> rank, but benchmark ``widen`` x k
    (``widen=None``: all).
 4. Rank by static features; ties by config key. ``two_stage=True`` re-ranks a shortlist by
@@ -31,20 +34,20 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from costtune.kernels import FAMILIES
+from costtune.tune.kind import calling_tuner
 from costtune.tune.launch import (
     LaunchSpec,
     NotApplicable,
     ProblemSpec,
     call_args,
+    config_key,
     describe,
     family_params,
-    grid_programs,
 )
 from costtune.tune.preload import preload as start_preload
 from costtune.tune.preload import wait as wait_for_preload
@@ -66,6 +69,7 @@ class PruneDecision:
     scores: np.ndarray | None = None  # stage-1 scores, in the configs' order
     stage2: bool = False
     fallbacks: list[str] = field(default_factory=list)  # categories that applied
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (category, message) of each
     precompiled: tuple[int, int] | None = None  # (compiled, submitted) by costtune.autotune
     elapsed_ms: float = math.nan  # pruning
     precompile_ms: float = math.nan  # the parallel precompile after it
@@ -98,6 +102,9 @@ class ConfigPruner:
         self.last: PruneDecision | None = None
         # costtune.autotune sets this: (survivors, named_args, kwargs) -> precompile counts.
         self.after_prune: Callable[..., tuple[int, int] | None] | None = None
+        # The autotuned kernel (its name and source say what it computes); None: the
+        # Autotuner calling this pruner, found up the call stack.
+        self.kernel: Any = None
         self._warned: set[str] = set()
         # Triton passes the same configs list on every call: keys and family params of that
         # list are computed once.
@@ -119,6 +126,7 @@ class ConfigPruner:
             order = np.arange(len(configs))
         kept = [configs[i] for i in order[: decision.k]]
         decision.fallbacks = list(dict.fromkeys(c for c, _ in notes))
+        decision.notes = list(dict.fromkeys(notes))
         self._warn(notes, f"benchmarking {len(kept)} of {len(configs)} configs")
         decision.elapsed_ms = (time.perf_counter() - start) * 1e3
         if self.after_prune is not None:
@@ -134,24 +142,24 @@ class ConfigPruner:
 
     def config_keys(self, configs: Sequence[Any]) -> np.ndarray:
         """Canonical keys of ``configs`` (the tie-break order)."""
-        from costtune.types import Config
-
         if self._configs is not configs or len(self._keys) != len(configs):
-            self._keys = np.array([Config.from_triton(c).key for c in configs], dtype=object)
+            self._keys = np.array([config_key(c) for c in configs], dtype=object)
             self._configs, self._params = configs, {}
         return self._keys
 
-    def _family_params(self, family: str, configs: Sequence[Any], rename: Mapping[str, str]
+    def _family_params(self, launch: Any, configs: Sequence[Any]
                        ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
         """Per config the family's parameters, and the same as feature columns; kept while
-        Triton passes the same config list (every tuning call of one kernel)."""
+        Triton passes the same config list and the launch fixes the same parameters."""
         from costtune.features.static import config_columns
 
         self.config_keys(configs)
-        if family not in self._params:
-            params = family_params(family, configs, rename=rename)
-            self._params[family] = (params, config_columns(params))
-        return self._params[family]
+        key = (launch.family, *launch.rename.items(), *sorted(launch.meta.items()))
+        if key not in self._params:
+            params = family_params(launch.family, configs, rename=launch.rename,
+                                   meta=launch.meta)
+            self._params[key] = (params, config_columns(params))
+        return self._params[key]
 
     def _prune(self, configs: Sequence[Any], named_args: Mapping[str, Any],
                kwargs: dict[str, Any], notes: list[tuple[str, str]]
@@ -166,14 +174,10 @@ class ConfigPruner:
         if n <= 1:
             return keep_all
         args = call_args(named_args, kwargs)
-        spec = self.spec
-        if spec.family is not None and spec.family not in FAMILIES:
-            notes.append(("family", f"unknown kernel family {spec.family!r}, telling it from "
-                          "the configs and args"))
-            spec = replace(spec, family=None)
         try:
-            launch = describe(spec, configs, args=args)
-            params, columns = self._family_params(launch.family, configs, spec.params)
+            launch = describe(self.spec, configs, args=args,
+                              kernel=self.kernel or calling_tuner(), grid=kwargs.get("grid"))
+            params, columns = self._family_params(launch, configs)
         except NotApplicable as exc:
             notes.append((exc.category, str(exc)))
             return keep_all
@@ -190,14 +194,12 @@ class ConfigPruner:
                           f"{model.families_}, not {launch.family}"))
             return keep_all
         k = keep_count(self.top_k, n)
-        doubts = concerns(model, launch, range_margin=self.range_margin)
+        doubts = [*launch.doubts, *concerns(model, launch, range_margin=self.range_margin)]
         if uses_compiled(model) and not self.two_stage:
             doubts.append(("features", f"cost model {self.model!r} needs compiled features; "
                            "without two_stage=True it ranks with them missing"))
         features = static_features_for(launch.family, launch.problem, launch.dtype, params,
                                        columns=columns)
-        if "grid" in kwargs:
-            doubts += _grid_doubts(kwargs["grid"], args, configs, keys, features, launch.family)
         if doubts:
             notes.extend(doubts)
             k = n if self.widen is None else min(n, k * self.widen)
@@ -251,23 +253,6 @@ class ConfigPruner:
             warnings.warn(f"costtune: {text} -> {outcome}", CosttuneWarning, stacklevel=4)
 
 
-def _grid_doubts(grid: Any, args: dict[str, Any], configs: Sequence[Any], keys: np.ndarray,
-                 features: Any, family: str) -> list[tuple[str, str]]:
-    """A launch grid that disagrees with the family's program count: another kernel shape.
-    Checked on up to 32 configs spread over the list (grids often call ``triton.cdiv``, a
-    JIT function that costs microseconds per call from Python)."""
-    picks = np.unique(np.linspace(0, len(configs) - 1, min(len(configs), 32)).astype(int))
-    programs = grid_programs(grid, args, configs=[configs[i] for i in picks])
-    expected = features["num_programs"].to_numpy()[picks]
-    bad = np.flatnonzero(np.isfinite(programs) & (programs != expected))
-    if not len(bad):
-        return []
-    i = picks[bad[0]]
-    programs = dict(zip(picks, programs))
-    return [("grid", f"the launch grid gives {programs[i]:g} programs for {keys[i]} where the "
-             f"{family} model assumes {features['num_programs'].iloc[i]:g}")]
-
-
 def keep_count(top_k: int | float, n: int) -> int:
     """Configs to keep of ``n``: a float in (0, 1] is a fraction (rounded up), else a count;
     always between 1 and ``n``.
@@ -285,16 +270,19 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
                      stage2_model: Any = None, widen: int | None = 4,
                      range_margin: float | None = 1.0, workers: int | None = None,
                      cache_dir: str | os.PathLike | None = None,
-                     preload: bool = True) -> dict[str, Any]:
+                     preload: bool = True, trust_family: bool = False) -> dict[str, Any]:
     """``prune_configs_by=`` for ``@triton.autotune``: Triton benchmarks the ``top_k`` configs
     the cost model ranks fastest (a float <= 1 is a fraction of the list; never fewer than 1).
 
     ``model``: a shipped model name, a saved model's path or a ``CostModel``. ``family``:
-    "gemm", "softmax", "attention" or None (told from config names and args). ``problem``:
+    "gemm", "softmax", "attention" or None (told from the kernel and the config names); a
+    kernel whose name or source reads as another kind (a layer norm declared as softmax) is
+    ranked with ``widen`` x k unless ``trust_family=True``. ``problem``:
     ``{family size: arg name | (tensor arg, dim) | int}`` or ``callable(args) -> dict``;
-    default: args named like the family's sizes, else tensor shapes. ``params``: config names
-    to family names, e.g. ``{"BLOCK_SIZE_M": "BLOCK_M"}``; absent family params take their
-    neutral value (SPLIT_K=1, ROWS_PER_PROG=1). ``dtype``: default, the first tensor's.
+    default: args named like the family's sizes, else tensor shapes. ``params``: config (or
+    launch kwarg) names to family names, e.g. ``{"BLK_M": "BLOCK_M"}``, for names none of the
+    known spellings (``kernels.base.PARAM_NAMES``) match; absent family params take their
+    neutral value (SPLIT_K=1, ROWS_PER_PROG=1). ``dtype``: default, the input operand's.
     ``two_stage``: re-rank the best ``shortlist`` by compiled features (AOT compile on the
     CPU, cached in ``cache_dir``, ``workers`` threads) with ``stage2_model`` (default:
     ``<model>_compiled`` for a shipped name such as "h200", else ``model``). ``widen``: k
@@ -312,7 +300,8 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     ...            BLOCK_N: triton.language.constexpr, BLOCK_K: triton.language.constexpr):
     ...     pass
     """
-    spec = LaunchSpec(family=family, problem=problem, params=dict(params or {}), dtype=dtype)
+    spec = LaunchSpec(family=family, problem=problem, params=dict(params or {}), dtype=dtype,
+                      trust_family=trust_family)
     pruner = ConfigPruner(model=model, top_k=top_k, spec=spec, two_stage=two_stage,
                           shortlist=shortlist, stage2_model=stage2_model, widen=widen,
                           range_margin=range_margin, workers=workers, cache_dir=cache_dir)

@@ -1,0 +1,144 @@
+"""What a kernel computes, as far as its name and source say: one of costtune's families, or
+another kind no family model has seen (a layer norm, a backward pass, an elementwise kernel).
+
+The hook uses it twice: a kernel is told to be of family F only when nothing says otherwise,
+and a kernel declared as F that reads as another kind is ranked with a wider k (the model has
+not seen such kernels). ``calling_tuner`` finds the ``triton.autotune`` object whose
+``early_config_prune`` is running, so a plain ``prune_configs_by`` dict learns the kernel too.
+
+>>> import triton
+>>> @triton.jit
+... def _layer_norm_fwd(x, y, n_cols, BLOCK_SIZE: triton.language.constexpr):
+...     pass
+>>> read_kind(_layer_norm_fwd).what
+'a layer norm'
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from costtune.kernels.base import NAME_PATTERNS, OTHER_KIND_PATTERNS, SOURCE_OPS
+
+_OPS = {op: re.compile(p) for op, p in SOURCE_OPS.items()}
+_WORD = re.compile(r"[A-Za-z_]\w*")
+# ``R0_BLOCK: tl.constexpr = 1024``: Inductor's persistent reductions fix their block inside.
+_CONSTANT = re.compile(r"^\s*(\w+)\s*:\s*(?:tl|triton\.language)\.constexpr\s*=\s*(\d+)\s*$",
+                       re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class KernelKind:
+    """``name`` of the kernel function; ``family``: the family it reads as (None for another
+    kind); ``what``: the kind in words; ``reason``: what said so."""
+
+    name: str
+    family: str | None
+    what: str
+    reason: str
+
+    def contradicts(self, family: str) -> bool:
+        return self.family != family
+
+
+def python_function(kernel: Any) -> Any:
+    """The Python function under an autotuner, heuristics, JIT or interpreted function."""
+    fn = getattr(kernel, "base_fn", kernel)
+    for _ in range(8):
+        if inspect.isfunction(fn):
+            return fn
+        fn = getattr(fn, "fn", None)
+    return None
+
+
+def read_kind(kernel: Any) -> KernelKind | None:
+    """The kernel's kind from its name, else its source (and the JIT helpers it calls); None
+    when neither can be read."""
+    fn = python_function(kernel)
+    return None if fn is None else _read_kind(fn)
+
+
+@functools.lru_cache(maxsize=512)
+def _read_kind(fn: Any) -> KernelKind | None:
+    name = fn.__name__
+    lowered = name.lower()
+    for what, pattern in OTHER_KIND_PATTERNS.items():
+        if re.search(pattern, lowered):
+            return KernelKind(name, None, what, f"its name {name!r}")
+    for family, pattern in NAME_PATTERNS.items():
+        if re.search(pattern, lowered):
+            return KernelKind(name, family, _FAMILY_WORDS[family], f"its name {name!r}")
+    source = _source(fn, depth=2)
+    if not source:
+        return None
+    ops = {op for op, rx in _OPS.items() if rx.search(source)}
+    family, what = _kind_of_ops(ops)
+    used = ", ".join(sorted(ops)) or "no dot, exp or reduction"
+    return KernelKind(name, family, what, f"its source ({used})")
+
+
+_FAMILY_WORDS = {"gemm": "a GEMM", "softmax": "a softmax", "attention": "an attention kernel"}
+
+
+def source_constants(kernel: Any) -> dict[str, int]:
+    """Integer constexprs the kernel's body assigns (``R0_BLOCK: tl.constexpr = 1024``)."""
+    fn = python_function(kernel)
+    return {} if fn is None else dict(_constants(fn))
+
+
+@functools.lru_cache(maxsize=512)
+def _constants(fn: Any) -> tuple[tuple[str, int], ...]:
+    return tuple((name, int(value)) for name, value in _CONSTANT.findall(_source(fn, depth=0)))
+
+
+def _kind_of_ops(ops: set[str]) -> tuple[str | None, str]:
+    if "dot" in ops:
+        return ("attention", _FAMILY_WORDS["attention"]) if "exp" in ops else (
+            "gemm", _FAMILY_WORDS["gemm"])
+    if {"exp", "max", "sum"} <= ops and "rsqrt" not in ops:
+        return "softmax", _FAMILY_WORDS["softmax"]
+    if "rsqrt" in ops and "sum" in ops:
+        return None, "a normalization"
+    if ops & {"sum", "max"}:
+        return None, "a reduction"
+    return None, "an elementwise kernel"
+
+
+def _source(fn: Any, *, depth: int) -> str:
+    """The function's source and, ``depth`` levels down, that of the JIT functions it names."""
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+    if depth <= 0:
+        return text
+    found = [text]
+    scope = getattr(fn, "__globals__", {})
+    for word in dict.fromkeys(_WORD.findall(text)):
+        helper = python_function(scope.get(word)) if word in scope else None
+        if helper is not None and helper is not fn and hasattr(scope[word], "fn"):
+            found.append(_source(helper, depth=depth - 1))
+    return "\n".join(found)
+
+
+def calling_tuner(max_depth: int = 8) -> Any:
+    """The ``triton.autotune`` Autotuner up the call stack (Triton calls ``early_config_prune``
+    from its ``prune_configs``), or None (a direct call)."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:  # pragma: no cover
+        return None
+    frame = sys._getframe(1)
+    for _ in range(max_depth):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, Autotuner):
+            return owner
+        frame = frame.f_back
+    return None

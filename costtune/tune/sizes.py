@@ -1,0 +1,193 @@
+"""A launch's problem sizes and dtype, and where each came from: a ``problem=`` mapping, an
+argument named as the family's kernels name it (``costtune.kernels.base.SIZE_NAMES``), a coded
+flag (tutorial 06's ``STAGE``), else the shapes of tensor and ``TensorDescriptor`` arguments.
+
+>>> import torch
+>>> sizes, origin = find_problem("softmax", {"x": torch.empty(8, 100), "n_cols": 100},
+...                              spec=None)
+>>> sizes, origin["rows"]
+({'rows': 8, 'cols': 100}, 'x.shape[:-1]')
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from costtune.kernels.base import CODED_FLAGS, INPUT_NAMES, PROBLEM_KEYS, SIZE_NAMES
+
+ProblemSpec = Mapping[str, Any] | Callable[[dict[str, Any]], Mapping[str, Any]] | None
+
+
+class NotApplicable(Exception):
+    """The launch cannot be described in a family's terms; ``category`` names why."""
+
+    def __init__(self, category: str, message: str) -> None:
+        super().__init__(message)
+        self.category = category
+
+
+def is_descriptor(value: Any) -> bool:
+    """A host-side ``triton.tools.tensor_descriptor.TensorDescriptor`` (duck-typed)."""
+    return (hasattr(value, "base") and hasattr(value, "block_shape")
+            and hasattr(value, "shape") and hasattr(value.base, "dtype"))
+
+
+def operands(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, str]]:
+    """(name, shape, dtype, "tensor" | "descriptor") of every tensor-like argument, in order."""
+    out = []
+    for name, value in args.items():
+        if is_descriptor(value):
+            out.append((name, tuple(int(s) for s in value.shape), _dtype(value.base),
+                        "descriptor"))
+        elif hasattr(value, "shape") and hasattr(value, "dtype"):
+            out.append((name, tuple(int(s) for s in value.shape), _dtype(value), "tensor"))
+    return out
+
+
+def _dtype(tensor: Any) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def find_problem(family: str, args: Mapping[str, Any], *,
+                 spec: ProblemSpec) -> tuple[dict[str, int], dict[str, str]]:
+    """(sizes, origin of each size); NotApplicable naming the first size not found."""
+    keys = PROBLEM_KEYS[family]
+    if callable(spec):
+        given = dict(spec(dict(args)))
+        origin = {k: "problem=" for k in given}
+    else:
+        given = {k: _lookup(v, args) for k, v in (spec or {}).items()}
+        origin = {k: f"problem= {v!r}" for k, v in (spec or {}).items()}
+    out: dict[str, int] = {}
+    for key in keys:
+        value = given.get(key)
+        if value is None:
+            value, origin[key] = _named(family, key, args)
+        if value is None:
+            shapes = _from_shapes(family, args, known=out)
+            value, origin[key] = shapes.get(key, (None, ""))
+        if value is None and key == "causal":
+            value, origin[key] = 0, "default (not causal)"
+        if value is None:
+            raise NotApplicable("problem", f"cannot find {family} size {key!r} in the args "
+                                f"{sorted(args)}; pass problem={{'{key}': 'arg_name'}}")
+        out[key] = _size(key, value)
+    return out, {k: origin[k] for k in keys}
+
+
+def _named(family: str, key: str, args: Mapping[str, Any]) -> tuple[Any, str]:
+    for name in SIZE_NAMES[family].get(key, (key,)):
+        value = args.get(name)
+        if value is not None and _is_number(value):
+            return value, f"arg {name}"
+    coded = CODED_FLAGS.get(family, {}).get(key)
+    if coded is not None:
+        name, codes = coded
+        value = args.get(name)
+        if _is_number(value) and int(value) in codes:
+            return codes[int(value)], f"arg {name}={int(value)}"
+    return None, ""
+
+
+def _lookup(value: Any, args: Mapping[str, Any]) -> Any:
+    if isinstance(value, str):
+        if value not in args:
+            raise NotApplicable("problem", f"problem maps to arg {value!r}, not among "
+                                f"{sorted(args)}")
+        if hasattr(args[value], "shape"):
+            raise NotApplicable("problem", f"arg {value!r} is a tensor; map to "
+                                f"({value!r}, dim) for one of its sizes")
+        return args[value]
+    if isinstance(value, tuple) and len(value) == 2:
+        name, dim = value
+        tensor = args.get(name)
+        if not hasattr(tensor, "shape"):
+            raise NotApplicable("problem", f"problem maps to ({name!r}, {dim}) but {name!r} "
+                                "is not a tensor argument")
+        return tensor.shape[dim]
+    return value
+
+
+def _from_shapes(family: str, args: Mapping[str, Any], *,
+                 known: dict[str, int]) -> dict[str, tuple[int, str]]:
+    """Sizes read off tensor / descriptor shapes, each with its origin."""
+    ops = operands(args)
+    if family == "gemm":
+        return _gemm_shapes([o for o in ops if len(o[1]) == 2])
+    if family == "softmax":
+        named = [o for o in ops if o[0] in INPUT_NAMES["softmax"]]
+        x = next(iter(named or ops), None)
+        if x is None or not x[1] or x[1][-1] < 1:
+            return {}
+        name, shape = x[0], x[1]
+        return {"rows": (math.prod(shape[:-1]), f"{name}.shape[:-1]"),
+                "cols": (shape[-1], f"{name}.shape[-1]")}
+    q = next((o for o in ops if len(o[1]) == 4), None)
+    if q is not None:
+        return {k: (q[1][i], f"{q[0]}.shape[{i}]") for i, k in enumerate("BHSD")}
+    # Tutorial 06's descriptors: [B*H*S, D] views of q, k, v and o.
+    flat = next((o for o in ops if len(o[1]) == 2 and o[0] in INPUT_NAMES["attention"]), None)
+    if flat is None:
+        return {}
+    out = {"D": (flat[1][1], f"{flat[0]}.shape[1]")}
+    b, h = known.get("B"), known.get("H")
+    if b and h and flat[1][0] % (b * h) == 0:
+        out["S"] = (flat[1][0] // (b * h), f"{flat[0]}.shape[0] / (B*H)")
+    return out
+
+
+def _gemm_shapes(mats: list[tuple[str, tuple[int, ...], str, str]]
+                 ) -> dict[str, tuple[int, str]]:
+    """M, N, K from the first 2-D operands: a (M, K) and b (K, N) or, as tutorial 09's TMA
+    kernels take it, b (N, K); a third operand c (M, N) settles which."""
+    if len(mats) < 2:
+        return {}
+    (an, (m, k), _, _), (bn, b, _, _) = mats[0], mats[1]
+    c = mats[2][1] if len(mats) > 2 else None
+    if b[0] == k and (c is None or c == (m, b[1])):
+        return {"M": (m, f"{an}.shape[0]"), "N": (b[1], f"{bn}.shape[1]"),
+                "K": (k, f"{an}.shape[1]")}
+    if b[1] == k and (c is None or c == (m, b[0])):
+        return {"M": (m, f"{an}.shape[0]"), "N": (b[0], f"{bn}.shape[0] (b is N x K)"),
+                "K": (k, f"{an}.shape[1]")}
+    return {}
+
+
+def _size(key: str, value: Any) -> int:
+    if hasattr(value, "item"):  # a 0-dim tensor or numpy scalar
+        value = value.item()
+    if not _is_number(value) or (key != "causal" and int(value) < 1):
+        raise NotApplicable("problem", f"size {key}={value!r} is not a positive integer")
+    return int(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value)
+
+
+def launch_dtype(family: str | None, args: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(dtype, origin): the family's input operand by its usual names (``a``, ``x``,
+    ``desc_q``...), else the commonest dtype among tensor and descriptor arguments (an fp32
+    statistics buffer beside fp16 operands does not decide); None without any."""
+    ops = operands(args)
+    if not ops:
+        return None, ""
+    for name, _, dtype, _ in ops:
+        if family is not None and name in INPUT_NAMES[family]:
+            return dtype, f"arg {name}"
+    counts = Counter(dtype for _, _, dtype, _ in ops)
+    best = max(counts.values())
+    name, _, dtype, _ = next(o for o in ops if counts[o[2]] == best)
+    return dtype, f"arg {name}" + (f" ({best} of {len(ops)} operands)" if len(counts) > 1
+                                   else "")
+
+
+def first_tensor_dtype(args: Mapping[str, Any]) -> str | None:
+    """Name of the first tensor (or descriptor) argument's dtype, None without any."""
+    ops = operands(args)
+    return ops[0][2] if ops else None

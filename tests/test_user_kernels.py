@@ -1,0 +1,441 @@
+"""Kernels costtune never saw, written as Triton's tutorials and Inductor write them
+(experiments/user_kernels.py), tuned on CPU under the interpreter with the shipped model and a
+do_bench that counts: each is pruned to top_k without a user mapping and computes the right
+result; unseen kinds are never pruned silently; harvests carry family and sizes; explain tells
+how a launch was read (issue 17)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+import costtune
+from costtune.tune.kind import read_kind
+from costtune.tune.launch import LaunchSpec, NotApplicable, config_key, describe
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+zoo = _load("user_kernels", ROOT / "experiments" / "user_kernels.py")
+STYLES = zoo.STYLES
+
+
+class Bench:
+    """do_bench that runs the config once: counts calls, times on the host clock."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, fn, quantiles=None):
+        self.calls += 1
+        start = time.perf_counter()
+        fn()
+        ms = (time.perf_counter() - start) * 1e3
+        return [ms, ms, ms]
+
+
+def ours(caught) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, costtune.CosttuneWarning)]
+
+
+@pytest.fixture
+def record():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+@pytest.mark.parametrize("name", list(STYLES))
+def test_each_style_is_pruned_to_top_k_without_a_mapping(name, record):
+    style = STYLES[name]
+    configs = style.configs("cpu")
+    bench = Bench()
+    tuner = costtune.autotune(configs, key=list(style.key), top_k=2, do_bench=bench)(
+        style.kernel)
+    inputs = style.inputs("cpu", device="cpu")
+    out = style.launch(tuner, inputs)
+    assert zoo.relative_error(out, style.reference(inputs)) < style.tolerance
+    last = tuner.early_config_prune.last
+    assert ours(record) == [] and last.fallbacks == [], last.notes
+    assert bench.calls == 2 and last.k == 2 < len(configs)
+    assert last.family == style.family and last.problem == style.cpu_problem
+    assert config_key(tuner.best_config) in last.kept
+
+
+def _capture(fn):
+    """A stand-in for a tuned kernel: ``launch(Capture(fn), inputs)`` calls
+    ``fn(grid, *args, **kwargs)`` with the launch the style would make."""
+
+    class Capture:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: fn(grid, *args, **kwargs)
+
+    return Capture()
+
+
+def _explain(style, tuner, **options):
+    """``costtune.explain`` of the launch the style makes."""
+    made = []
+    style.launch(_capture(lambda grid, *a, **k: made.append(
+        costtune.explain(tuner, *a, grid=grid, **options, **k))),
+        style.inputs("cpu", device="cpu"))
+    return made[0]
+
+
+def test_tutorial02_launch_kwargs_and_launch_option_lists(capsys):
+    """BLOCK_SIZE given at the launch is the softmax's BLOCK_N; configs that vary only
+    num_warps / num_stages are ranked (the issue: all were benchmarked); the mapping the old
+    warning suggested now works; num_ctas / maxnreg variants are told apart."""
+    style = STYLES["tutorial02_softmax"]
+    tuner = triton.autotune(style.configs("cpu"), key=["n_cols"])(style.kernel)
+    report = _explain(style, tuner)
+    assert report.family == "softmax" and report.problem == {"rows": 48, "cols": 200}
+    assert report.launch_params == {"BLOCK_N": 256} and report.mapping == {}
+    assert report.origin["BLOCK_N"] == "launch BLOCK_SIZE=256"
+    assert report.k == 8 < report.n_configs and report.doubts == []
+    scores = [r.score for r in report.ranking]
+    assert scores == sorted(scores, reverse=True) and len(set(scores)) > 1
+    assert any("persistent launch" in note for note in report.info)  # 16 programs, 48 rows
+    printed = capsys.readouterr().out
+    assert "BLOCK_N = 256 (launch BLOCK_SIZE=256)" in printed and "benchmarks 8 of 12" in printed
+    hook = costtune.prune_configs_by(top_k=2, params={"BLOCK_SIZE": "BLOCK_N"})
+    assert _explain(style, tuner, prune=hook).k == 2
+    options = [triton.Config({}, num_warps=4, num_ctas=c, maxnreg=r)
+               for c in (1, 2) for r in (None, 128)]
+    keys = [config_key(c) for c in options]
+    assert len(set(keys)) == 4 and "num_ctas=2" in keys[2] and "maxnreg=128" in keys[1]
+    knobbed = triton.autotune(options, key=["n_cols"])(style.kernel)
+    report = _explain(style, knobbed)
+    assert set(report.knobs) == {"num_ctas", "maxnreg"} and report.family == "softmax"
+
+
+@triton.jit
+def _layer_norm_fwd_fused(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    inside = cols < N
+    x = tl.load(X + row * stride + cols, mask=inside, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    centred = tl.where(inside, x - mean, 0.0)
+    rstd = 1 / tl.sqrt(tl.sum(centred * centred, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=inside)
+    b = tl.load(B + cols, mask=inside)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+    tl.store(Y + row * stride + cols, centred * rstd * w + b, mask=inside)
+
+
+LN_CONFIGS = [triton.Config({}, num_warps=w, num_stages=s) for w in (1, 2, 4, 8)
+              for s in (1, 2)]
+
+
+def _layer_norm(tuner, rows=8, cols=100):
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(rows, cols, generator=g), torch.rand(cols), torch.randn(cols)
+    y, mean, rstd = torch.empty_like(x), torch.empty(rows), torch.empty(rows)
+    tuner[(rows,)](x, y, w, b, mean, rstd, x.stride(0), cols, 1e-5,
+                   BLOCK_SIZE=triton.next_power_of_2(cols))
+    ref = torch.nn.functional.layer_norm(x, (cols,), w, b, eps=1e-5)
+    torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("options, benchmarked, word", [
+    ({"family": "softmax"}, 4, "reads as a layer norm"),  # widen=4 x top_k=1
+    ({}, 8, "cannot tell the kernel family"),
+    ({"family": "softmax", "trust_family": True}, 1, None),
+    ({"family": "layernorm"}, 8, "cannot tell the kernel family"),
+])
+def test_a_layer_norm_is_never_pruned_silently(options, benchmarked, word, record):
+    bench = Bench()
+    tuner = costtune.autotune(LN_CONFIGS, key=["N"], top_k=1, do_bench=bench, **options)(
+        _layer_norm_fwd_fused)
+    _layer_norm(tuner)
+    _layer_norm(tuner)  # the same key: tuned once, warned once
+    assert bench.calls == benchmarked
+    messages = ours(record)
+    if word is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and word in messages[0], messages
+        assert f"benchmarking {benchmarked} of 8" in messages[0]
+    if options.get("family") == "softmax" and word:
+        assert "softmax model has not seen such kernels" in messages[0]
+
+
+@triton.jit
+def _mm(a, b, c, M, N, K, BLK_M: tl.constexpr, BLK_N: tl.constexpr, BLK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLK_M + tl.arange(0, BLK_M)
+    rn = tl.program_id(1) * BLK_N + tl.arange(0, BLK_N)
+    rk = tl.arange(0, BLK_K)
+    acc = tl.zeros((BLK_M, BLK_N), tl.float32)
+    for k0 in range(0, K, BLK_K):
+        kk = k0 + rk
+        x = tl.load(a + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K),
+                    other=0.0)
+        y = tl.load(b + kk[:, None] * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N),
+                    other=0.0)
+        acc += tl.dot(x, y)
+    tl.store(c + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def test_unknown_names_get_the_likely_mapping(record):
+    configs = [triton.Config({"BLK_M": 16, "BLK_N": n, "BLK_K": 32}, num_warps=w)
+               for n in (32, 64) for w in (2, 4)]
+    a, b = torch.randn(16, 256).half(), torch.randn(256, 128).half()
+
+    def run(**options):
+        bench = Bench()
+        tuner = costtune.autotune(configs, key=["M", "N", "K"], top_k=1, do_bench=bench,
+                                  **options)(_mm)
+        c = torch.empty(16, 128)
+        tuner[lambda m: (1, triton.cdiv(128, m["BLK_N"]))](a, b, c, 16, 128, 256)
+        torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-2, rtol=1e-2)
+        return bench.calls
+
+    assert run() == 4
+    (message,) = ours(record)
+    hint = "params={'BLK_M': 'BLOCK_M', 'BLK_N': 'BLOCK_N', 'BLK_K': 'BLOCK_K'}"
+    assert "_mm reads as a GEMM" in message and hint in message
+    record.clear()
+    assert run(params={"BLK_M": "BLOCK_M", "BLK_N": "BLOCK_N", "BLK_K": "BLOCK_K"}) == 1
+    assert ours(record) == []
+
+
+def test_sizes_from_descriptors_and_shapes():
+    a, b, c = torch.empty(64, 256).half(), torch.empty(128, 256).half(), torch.empty(64, 128)
+    descs = {n: TensorDescriptor.from_tensor(t, [16, 16]) for n, t in
+             (("a_desc", a), ("b_desc", b), ("c_desc", c))}
+    cfg = [triton.Config({"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32})]
+    launch = describe(LaunchSpec(), cfg, args=descs)
+    assert launch.family == "gemm" and launch.problem == {"M": 64, "N": 128, "K": 256}
+    assert launch.dtype == "float16" and "(b is N x K)" in launch.origin["N"]
+    # tutorial 06's [Z*H*N_CTX, HEAD_DIM] descriptor views, with Z and H named
+    q = TensorDescriptor(torch.empty(2 * 3 * 64, 32).half(), [384, 32], [32, 1], [16, 32])
+    attn = describe(LaunchSpec(family="attention"), [triton.Config({"BLOCK_M": 16,
+                                                                    "BLOCK_N": 16})],
+                    args={"M": torch.empty(6, 64), "Z": 2, "H": 3, "desc_q": q})
+    assert attn.problem == {"B": 2, "H": 3, "S": 64, "D": 32, "causal": 0}
+    assert attn.dtype == "float16"  # desc_q's, not the fp32 statistics buffer M
+    assert attn.origin["S"] == "desc_q.shape[0] / (B*H)"
+    with pytest.raises(NotApplicable, match="cannot find softmax size 'cols'"):
+        describe(LaunchSpec(family="softmax"), [triton.Config({"BLOCK": 16})],
+                 args={"n_rows": 4, "dtype_src": torch.empty(4, 0)})
+
+
+def test_grid_fixes_an_absent_parameter_or_reads_as_persistent():
+    x = torch.empty(64, 100)
+    cfgs = [triton.Config({"BLOCK_SIZE": 128}, num_warps=w) for w in (2, 4)]
+    args = {"x": x, "n_rows": 64, "n_cols": 100}
+    spec = LaunchSpec(family="softmax")
+    fixed = describe(spec, cfgs, args=args, grid=lambda m: (triton.cdiv(64, 4),))
+    assert fixed.meta == {"ROWS_PER_PROG": 4} and fixed.doubts == ()
+    persistent = describe(spec, cfgs, args=args, grid=(24,))  # 64 / 24 rows: a loop
+    assert persistent.meta == {} and "persistent" in persistent.info[0]
+    other = describe(spec, cfgs, args=args, grid=(128,))  # more programs than rows
+    assert [c for c, _ in other.doubts] == ["grid"]
+    gemm = describe(LaunchSpec(), [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16,
+                                                  "BLOCK_K": 16})],
+                    args={"M": 64, "N": 64, "K": 64, "a": torch.empty(1).half()},
+                    grid=lambda m: (16, 3))
+    assert gemm.meta == {"SPLIT_K": 3} and gemm.origin["SPLIT_K"] == "launch grid"
+
+
+def test_hopper_knobs_are_recognised_and_passed_through(record):
+    configs = [triton.Config({"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32,
+                              "GROUP_SIZE_M": 8, "EPILOGUE_SUBTILE": sub,
+                              "WARP_SPECIALIZE": ws, "FLATTEN": fl}, num_warps=4,
+                             num_ctas=ctas, maxnreg=reg)
+               for sub in (True, False) for ws in (True, False) for fl in (True,)
+               for ctas, reg in ((1, None), (2, 128))]
+    args = {"a": torch.empty(1).half(), "M": 256, "N": 512, "K": 512}
+    launch = describe(LaunchSpec(), configs, args=args)
+    assert launch.family == "gemm" and launch.unknown == ()
+    assert set(launch.knobs) == {"GROUP_SIZE_M", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE",
+                                 "FLATTEN"}
+    pruner = costtune.prune_configs_by(top_k=2)["early_config_prune"]
+    kept = pruner(configs, args)
+    assert len(kept) >= 2 and all(c in configs for c in kept)
+    assert len(set(pruner.config_keys(configs))) == len(configs)
+    assert not [m for m in ours(record) if "cannot" in m or "pruning failed" in m]
+
+
+@triton.jit
+def triton_per_fused__softmax_0(in_ptr0, out_ptr2, xnumel, r0_numel, XBLOCK: tl.constexpr):
+    # Inductor's persistent reduction: the reduction block is fixed in the body.
+    R0_BLOCK: tl.constexpr = 512
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    r0_index = tl.arange(0, R0_BLOCK)[None, :]
+    mask = (xindex < xnumel) & (r0_index < r0_numel)
+    tmp0 = tl.load(in_ptr0 + (r0_index + r0_numel * xindex), mask, other=float("-inf"))
+    tmp2 = tl.exp(tmp0 - tl.max(tmp0, 1)[:, None])
+    tmp4 = tl.sum(tl.where(mask, tmp2, 0.0), 1)[:, None]
+    tl.store(out_ptr2 + (r0_index + r0_numel * xindex), tmp2 / tmp4, mask)
+
+
+def test_inductor_persistent_reduction_reads_its_block_from_the_body(record):
+    configs = [triton.Config({"XBLOCK": x}, num_warps=w, num_stages=1)
+               for x in (1, 2, 4, 8) for w in (2, 4)]
+    bench = Bench()
+    tuner = costtune.autotune(configs, key=["xnumel", "r0_numel"], top_k=2, do_bench=bench)(
+        triton_per_fused__softmax_0)
+    x = torch.randn(12, 400)
+    y = torch.empty_like(x)
+    tuner[lambda meta: (triton.cdiv(12, meta["XBLOCK"]), 1, 1)](x, y, 12, 400)
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    assert bench.calls == 2 and ours(record) == []
+    report = _explain_call(tuner, (x, y, 12, 400),
+                           {"grid": lambda meta: (triton.cdiv(12, meta["XBLOCK"]), 1, 1)})
+    assert report.launch_params == {"BLOCK_N": 512}
+    assert report.origin["BLOCK_N"] == "kernel constant R0_BLOCK=512"
+    assert report.mapping == {"XBLOCK": "ROWS_PER_PROG"}
+
+
+def _explain_call(tuner, args, kwargs):
+    from costtune.tune.explain import explain_call
+
+    return explain_call(tuner, args, kwargs)
+
+
+def test_kernel_kinds_from_names_and_sources():
+    @triton.jit
+    def kernel(a, b, c, BLOCK: tl.constexpr):  # a GEMM by its source only
+        x = tl.load(a + tl.arange(0, BLOCK)[:, None] + tl.arange(0, BLOCK)[None, :])
+        tl.store(c + tl.arange(0, BLOCK)[:, None], tl.dot(x, x))
+
+    @triton.jit
+    def triton_poi_fused_add_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+        i = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+        tl.store(out_ptr0 + i, tl.load(in_ptr0 + i) + 1.0)
+
+    @triton.jit
+    def _attn_bwd(q, k, BLOCK: tl.constexpr):
+        pass
+
+    assert read_kind(kernel).family == "gemm" and "source" in read_kind(kernel).reason
+    assert read_kind(triton_poi_fused_add_0).what == "an elementwise kernel"
+    assert read_kind(_attn_bwd).what == "a backward pass"
+    assert read_kind(STYLES["inductor_softmax"].kernel).family == "softmax"
+    assert read_kind(_layer_norm_fwd_fused).what == "a layer norm"
+    assert read_kind(object()) is None
+
+
+def test_harvest_rows_carry_family_sizes_and_knobs(tmp_path, record):
+    """The issue: a harvest of a tutorial-02 softmax recorded family None and no sizes."""
+    store = tmp_path / "harvest"
+    t02, t09 = STYLES["tutorial02_softmax"], STYLES["tutorial09_tma_matmul"]
+    with costtune.harvest(store) as h:
+        plain = triton.autotune(t02.configs("cpu"), key=["n_cols"], do_bench=Bench())(
+            t02.kernel)  # plain triton.autotune: no costtune hook at all
+        t02.launch(plain, t02.inputs("cpu", device="cpu"))
+        tma = costtune.autotune(t09.configs("cpu"), key=["M", "N", "K"], top_k=2,
+                                do_bench=Bench())(t09.kernel)
+        t09.launch(tma, t09.inputs("cpu", device="cpu"))
+        ln = costtune.autotune(LN_CONFIGS[:2], key=["N"], family="softmax",
+                               do_bench=Bench())(_layer_norm_fwd_fused)
+        _layer_norm(ln)
+    assert h.errors == [] and h.rows == 12 + 2 + 2
+    df = costtune.load_dataset(store)
+    soft = df[df["kernel"] == "softmax_kernel"]
+    assert (soft["family"] == "softmax").all() and soft["config"].nunique() == 12
+    assert (soft[["rows", "cols", "BLOCK_N", "ROWS_PER_PROG"]].to_numpy()
+            == [48, 200, 256, 1]).all() and (soft["dtype"] == "float32").all()
+    mm = df[df["kernel"] == "matmul_kernel_tma_persistent"]
+    assert (mm["family"] == "gemm").all() and (mm[["M", "N", "K"]].to_numpy()
+                                               == [32, 128, 256]).all()
+    assert mm["BLOCK_M"].notna().all() and mm["EPILOGUE_SUBTILE"].notna().all()
+    assert "'BLOCK_SIZE_M': 'BLOCK_M'" in mm["param_map"].iloc[0]
+    layer_norm = df[df["kernel"] == "_layer_norm_fwd_fused"]
+    assert len(layer_norm) == 2 and layer_norm["family"].isna().all()
+    assert ["reads as a layer norm" in m for m in ours(record)] == [True]
+
+
+def test_explain_returns_what_it_printed(capsys):
+    style = STYLES["inductor_softmax"]
+    tuner = costtune.autotune(style.configs("cpu"), key=list(style.key), top_k=3)(
+        style.kernel)
+    report = _explain(style, tuner)
+    assert report.family == "softmax" and report.k == 3 and len(report.benchmarked) == 3
+    assert report.mapping == {"XBLOCK": "ROWS_PER_PROG", "R0_BLOCK": "BLOCK_N"}
+    assert report.origin["rows"] == "arg xnumel" and report.origin["cols"] == "arg r0_numel"
+    assert [r.position for r in report.ranking] == list(range(1, 13))
+    assert tuner.early_config_prune.last is None  # the kernel's own hook is left untouched
+    assert str(report) in capsys.readouterr().out
+    ln = costtune.autotune(LN_CONFIGS, key=["N"], top_k=1, family="softmax")(
+        _layer_norm_fwd_fused)
+    x = torch.empty(4, 100)
+    report = costtune.explain(ln, x, x, x[0], x[0], x[:, 0], x[:, 0], 100, 100, 1e-5,
+                              grid=(4,), BLOCK_SIZE=128)
+    assert report.k == 4 and [c for c, _ in report.doubts] == ["kind"]
+    assert "reads as a layer norm" in report.warning
+    none = costtune.explain(costtune.autotune(LN_CONFIGS, key=["N"])(_layer_norm_fwd_fused),
+                            x, x, x[0], x[0], x[:, 0], x[:, 0], 100, 100, 1e-5, grid=(4,),
+                            BLOCK_SIZE=128)
+    assert none.family is None and "a layer norm" in none.not_described
+    assert none.k == 8 and none.kind.what == "a layer norm"
+    with pytest.raises(ValueError, match="triton.autotune"):
+        costtune.explain(_layer_norm_fwd_fused, x)
+
+
+def test_explain_cli_runs_a_script(tmp_path):
+    from typer.testing import CliRunner
+
+    from costtune.cli import app
+
+    script = tmp_path / "user.py"
+    script.write_text(
+        "import sys, triton\n"
+        f"sys.path.insert(0, {str(ROOT / 'experiments')!r})\n"
+        "from user_kernels import STYLES\n"
+        "style = STYLES['tutorial02_softmax']\n"
+        "bench = lambda fn, quantiles=None: (fn(), [1.0, 1.0, 1.0])[1]\n"
+        "tuner = triton.autotune(style.configs('cpu'), key=['n_cols'], do_bench=bench)("
+        "style.kernel)\n"
+        "style.launch(tuner, style.inputs('cpu', device='cpu'))\n"
+        "print('ran', sys.argv[1:])\n")
+    result = CliRunner().invoke(app, ["explain", str(script), "--top-k", "3", "extra"])
+    assert result.exit_code == 0, result.output
+    assert "costtune.explain: softmax_kernel" in result.output
+    assert "benchmarks 3 of 12" in result.output and "ran ['extra']" in result.output
+    assert "1 launch(es) explained" in result.output
+    assert CliRunner().invoke(app, ["explain", str(tmp_path / "nosuch.py")]).exit_code == 2
+
+
+def test_h200_script_plans_and_runs_its_cpu_parts(tmp_path, capsys):
+    """experiments/device/user_kernels_h200.py: the plan fits its budget, and one style's two
+    cold runs (here in-process at the CPU shape) tune, check and report."""
+    script = _load("user_kernels_h200", ROOT / "experiments" / "device" /
+                   "user_kernels_h200.py")
+    assert script.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "plan: 10 cold runs" in out and '"gpu": "none (CPU)"' in out
+    runs, skipped = script.plan(list(STYLES), top_k=8, budget_s=120, done=set())
+    assert sum(e for *_, e in runs) + script.EST_RETIME_S <= 120 and skipped
+    assert [m for s, m, _ in runs[:2]] == ["exhaustive", "costtune"]
+    bench = Bench()
+    results = [script.run_one("inductor_softmax", m, top_k=2, size="cpu", device="cpu",
+                              do_bench=bench) for m in script.METHODS]
+    assert [r["n_benchmarked"] for r in results] == [12, 2] and bench.calls == 14
+    assert all(r["correct"] for r in results) and results[1]["family"] == "softmax"
+    assert results[1]["chosen"] in {str(c) for c in STYLES["inductor_softmax"].configs("cpu")}
+    report = script.write_report(tmp_path, [{**r, "status": "ok"} for r in results], None,
+                                 script.provenance()).read_text()
+    assert "| inductor_softmax | 12 |" in report and "12 / 2" in report
+    with pytest.raises(SystemExit):
+        script.main(["--dry-run", "--styles", "conv"])
