@@ -77,11 +77,10 @@ EST_RETIME_S = 40.0
 
 
 def provenance() -> dict[str, Any]:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                                capture_output=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    from costtune.env import git_state
+
+    # The launcher's COSTTUNE_COMMIT wins: a device copy's .git can be stale.
+    commit = git_state()[0][:7] or "unknown"
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none (CPU)"
     return {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__,
             "costtune": costtune.__version__, "commit": commit,
