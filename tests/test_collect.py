@@ -169,7 +169,8 @@ def test_collect_cli_reports_and_resumes(tmp_path, monkeypatch):
     again = summary(CliRunner().invoke(app, args))
     assert again["workloads"] == 0 and again["skipped_workloads"] == 2
     assert len(calls) == 2
-    bad = CliRunner().invoke(app, ["collect", "softmax", "--suite", "nosuch"])
+    bad = CliRunner().invoke(app, ["collect", "softmax", "--suite", "nosuch", "--out",
+                                   str(tmp_path / "other")])
     assert bad.exit_code == 2 and "neither" in bad.output
 
 

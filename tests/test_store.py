@@ -185,7 +185,8 @@ def test_duplicates_across_parts_name_both_files(tmp_path):
     old = store.append(gemm_rows(), meta=META)
     newer = pd.DataFrame(gemm_rows()).assign(time_ms=9.0)
     new = old.with_name("part-29990101T000000.000000Z-00000000.parquet")
-    write_raw_part(new, newer, {"schema_version": SCHEMA_VERSION, "kernel": "gemm"})
+    # Same GPU (the key is GPU, workload, config): a part written around the writer lock.
+    write_raw_part(new, newer, {"schema_version": SCHEMA_VERSION, "kernel": "gemm", **META})
     with pytest.raises(StoreError) as err:
         store.load()
     assert str(old) in str(err.value) and str(new) in str(err.value)
@@ -204,7 +205,7 @@ WRITER = textwrap.dedent("""
         row = {"kernel": "gemm", "workload": "gemm_M64_N64_K64_float16", "dtype": "float16",
                "M": 64, "N": 64, "K": 64, "BLOCK_M": i, "num_warps": 4, "num_stages": 3,
                "config": f"BLOCK_M={i},num_warps=4,num_stages=3", "status": "ok",
-               "time_ms": float(i)}
+               "time_ms": float(i + 1)}
         if (row["workload"], row["config"]) not in done:
             store.append([row], meta={"writer": "test"})
 """)
