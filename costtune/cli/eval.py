@@ -4,32 +4,81 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from costtune.cli.console import bar, describe, fail, note
+from costtune.cli.inputs import check_writable, load_rows
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("eval")
-    def eval_(dataset: Path = typer.Option(Path("datasets/h200"), help="store root"),
-              model: str = typer.Option("h200", help="shipped model name or a model path; "
-                                        "'train' fits the default on the train suite now"),
-              as_json: bool = typer.Option(False, "--json", help="print the scores as JSON"),
-              plot: Path = typer.Option(Path("experiments/results/leaderboard_topk.png"),
-                                        help="where to write the top-k vs k plot")) -> None:
-        """Score the cost model and every baseline on the test suite (TenSet top-k)."""
-        import costtune
-        from costtune.evaluate import format_leaderboard, leaderboard, plot_topk
+    app.command("eval")(eval_)
 
-        if not dataset.exists():
-            typer.echo(f"dataset {dataset} does not exist (run from the repository root or "
-                       f"pass --dataset)", err=True)
-            raise typer.Exit(2)
-        board = leaderboard(costtune.load_dataset(dataset),
-                            model=None if model == "train" else model)
-        plot.parent.mkdir(parents=True, exist_ok=True)
+
+def eval_(dataset: Path = typer.Option(Path("datasets/h200"), help="store root"),
+          model: str = typer.Option("h200", help="shipped or user model name, or a model path; "
+                                    "'train' fits the default on the train suite now"),
+          as_json: bool = typer.Option(False, "--json", help="print the scores as JSON"),
+          plot: Path | None = typer.Option(None, "--plot", help="also write the top-k vs k "
+                                           "plot (PNG) to this path")) -> None:
+    """Score the cost model and every baseline on the test suite (TenSet top-k)."""
+    if model != "train":
+        _check_model(model)
+    if plot is not None:
+        check_writable(plot, option="--plot")
+    data = load_rows(dataset)
+    if "suite" not in data.columns:
+        fail(f"--dataset {dataset} has no 'suite' column: eval scores the test suite of a "
+             "collected dataset (train and test rows)")
+    if model != "train":
+        data = _served(data, model)
+    from costtune.evaluate import format_leaderboard, leaderboard, plot_topk
+
+    try:
+        with bar("fitting the baselines and scoring the test suite", None):
+            board = leaderboard(data, model=None if model == "train" else model)
+    except ValueError as exc:
+        fail(f"--dataset {dataset}: {describe(exc)}")
+    if plot is not None:
         plot_topk(board, plot)
-        if as_json:
-            typer.echo(json.dumps(board, indent=1))
-        else:
-            typer.echo(format_leaderboard(board))
+    if as_json:
+        typer.echo(json.dumps(board, indent=1))
+    else:
+        typer.echo(format_leaderboard(board))
+        if plot is not None:
             typer.echo(f"plot: {plot}")
+
+
+def _check_model(model: str) -> None:
+    from costtune.model.files import resolve
+
+    try:
+        resolve(model)
+    except FileNotFoundError as exc:
+        fail(f"--model {model}: {describe(exc)}")
+
+
+def _served(data: Any, model: str) -> Any:
+    """The rows of the kernel families ``model`` serves (a shipped name per family, like the
+    pruning hook); a note names the families left out."""
+    from costtune.model.registry import load_model
+
+    kernels = sorted(data["kernel"].astype(str).unique())
+    served, problems = [], []
+    for kernel in kernels:
+        try:
+            fitted = load_model(model, kernel)
+        except (OSError, ValueError) as exc:
+            problems.append(f"{kernel}: {describe(exc)}")
+            continue
+        if kernel in getattr(fitted, "families_", [kernel]):
+            served.append(kernel)
+    if not served:
+        detail = f" ({problems[0]})" if problems else ""
+        fail(f"--model {model} serves none of the dataset's kernels {kernels}{detail}")
+    if len(served) < len(kernels):
+        left = sorted(set(kernels) - set(served))
+        note(f"model {model} was trained for {', '.join(served)}; scoring only that, leaving "
+             f"out {', '.join(left)}" + (f" ({problems[0]})" if problems else ""))
+    return data[data["kernel"].isin(served)]

@@ -41,8 +41,9 @@ def check_rows(df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     for col in TEXT_COLUMNS:
         bad = [i for i, v in enumerate(df[col]) if not isinstance(v, str) or not v.strip()]
         if bad:
-            raise ValueError(f"{_where(df, bad[0])}: field {col!r} is {_show(df[col].iloc[bad[0]])}"
-                             "; expected a non-empty string")
+            value = _show(df[col].iloc[bad[0]])
+            raise ValueError(f"{_where(df, bad[0])}: field {col!r} is {value}; expected a "
+                             "non-empty string")
     kernels = sorted(df["kernel"].unique())
     if len(kernels) != 1:
         raise ValueError(f"one part holds one kernel family; rows have kernel {kernels}")
