@@ -270,3 +270,36 @@ def test_compile_lock_without_file_locks_compiles_anyway(tmp_path, monkeypatch):
     with compile_lock("softmax", {"n": ("value", 16)}, {"BLOCK_N": 64}):
         ran.append(2)
     assert ran == [1, 2]
+
+
+def test_a_second_collector_skips_what_the_first_is_measuring(tmp_path, monkeypatch):
+    """Two collectors on one store: the second skips (reports busy) the workload the first
+    holds, measures the rest; the first then finds those stored and does not measure them
+    again. Every key is stored once."""
+    ws = collect_mod.suite_workloads("softmax", "test", ["float16"])[:3]
+    calls: list = []
+    fake = _fake_collect_workload(calls)
+    second: dict = {}
+
+    def first_measures(workload, configs, **kw):
+        if not second:  # while the first holds ws[0], a second collector runs
+            second["started"] = True
+            second.update(collect_mod.collect(ws, Store(tmp_path), max_configs=4))
+        return fake(workload, configs, **kw)
+
+    monkeypatch.setattr(local_mod, "collect_workload", first_measures)
+    first = collect_mod.collect(ws, Store(tmp_path), max_configs=4)
+    assert second["busy_workloads"] == [ws[0].id] and second["workloads"] == 2
+    assert first["workloads"] == 1 and first["skipped_workloads"] == 2
+    assert [c[0] for c in calls] == [ws[1].id, ws[2].id, ws[0].id]
+    df = Store(tmp_path).load("softmax")
+    assert len(df) == 12 and not df.duplicated(["workload", "config"]).any()
+    # Resume is per GPU model: rows of another GPU do not count as measured here.
+    import costtune.env
+
+    monkeypatch.setattr(local_mod, "collect_workload", fake)
+    env = costtune.env.environment
+    monkeypatch.setattr(costtune.env, "environment", lambda *a, **k: {**env(), "gpu": "other"})
+    again = collect_mod.collect(ws, Store(tmp_path), max_configs=4)
+    assert again["workloads"] == 3 and again["skipped_workloads"] == 0
+    assert len(Store(tmp_path).load("softmax")) == 24

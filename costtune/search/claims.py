@@ -73,7 +73,10 @@ class Claims:
             user_attrs={"config": key, "attempt": attempt, "trial_id": trial_id,
                         "worker": self.worker})
         mine = self.storage.create_new_trial(self.study_id, template_trial=claim)
-        rivals = [t for t in self.storage.get_all_trials(self.study_id, deepcopy=False)
+        # Read past Optuna's trial cache: it skips a trial committed after a higher-numbered
+        # one (server databases may commit concurrent inserts out of order).
+        reader = getattr(self.storage, "_backend", self.storage)
+        rivals = [t for t in reader.get_all_trials(self.study_id, deepcopy=False)
                   if t.user_attrs.get("config") == key and t.user_attrs.get("attempt") == attempt]
         first = min(rivals, key=lambda t: t.number)
         return Election(won=first._trial_id == mine, trial_id=int(first.user_attrs["trial_id"]),

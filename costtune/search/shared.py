@@ -66,7 +66,9 @@ def open_storage(storage: str | os.PathLike | BaseStorage | None, *,
                     rdb = optuna.storages.RDBStorage(text, engine_kwargs=engine, **beat)
                 return optuna.storages.get_storage(rdb)
             except Exception as exc:  # a server database: another worker creating the tables
-                if attempt + 1 == attempts:
+                from sqlalchemy.exc import DBAPIError
+
+                if attempt + 1 == attempts or not isinstance(exc, DBAPIError):
                     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                     raise ValueError(f"storage {storage}: cannot open it "
                                      f"({type(exc).__name__}: {first})") from exc
@@ -118,8 +120,10 @@ def ask(study: optuna.Study) -> optuna.Trial:
 
 
 def heartbeat_enabled(storage: BaseStorage) -> bool:
-    check = getattr(storage, "is_heartbeat_enabled", None)
-    return bool(check and check())
+    """Whether ``storage`` records heartbeats (an RDB storage opened with an interval; Optuna's
+    cached wrapper answers for its backend)."""
+    interval = getattr(storage, "get_heartbeat_interval", None)
+    return callable(interval) and interval() is not None
 
 
 @contextlib.contextmanager
@@ -176,7 +180,9 @@ def fail_dead(study: optuna.Study, trial_id: int | None = None) -> list[int]:
     host at once, elsewhere once its heartbeat is stale. Returns the trial numbers failed."""
     storage = study._storage
     if heartbeat_enabled(storage):
-        optuna.storages.fail_stale_trials(study)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
     if trial_id is not None:
         running = [storage.get_trial(trial_id)]
     else:

@@ -108,12 +108,13 @@ def _where(df: pd.DataFrame, i: int) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = repr(value.item() if isinstance(value, np.generic) else value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _show(value: Any) -> str:
-    return f"{_short(value)} ({type(value).__name__})"
+    plain = value.item() if isinstance(value, np.generic) else value
+    return f"{_short(plain)} ({type(plain).__name__})"
 
 
 def _is_nan(value: Any) -> bool:
