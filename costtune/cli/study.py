@@ -145,14 +145,16 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
 
 
 def _check_storage(storage: str | None) -> None:
-    """A SQLite storage's folder exists (before any dataset or GPU work)."""
+    """The storage's kind is known and a SQLite file's folder exists (before any dataset or
+    GPU work)."""
     if storage is None:
         return
-    from costtune.search.shared import sqlite_file
+    from costtune.search.shared import check_storage
 
-    db = sqlite_file(storage if "://" in storage else "sqlite:///" + str(Path(storage)))
-    if db is not None and not db.parent.is_dir():
-        _fail(f"--storage {storage}: folder {db.parent} does not exist")
+    try:
+        check_storage(storage)
+    except ValueError as exc:
+        _fail(f"--{exc}")
 
 
 def _warm_model(warm_start: str | None, kernel: str) -> Any:
@@ -168,11 +170,12 @@ def _warm_model(warm_start: str | None, kernel: str) -> Any:
 
 def _runner(workload: Any, replay: Path | None, seed: int | None) -> Any:
     if replay is not None:
+        from costtune.cli.inputs import load_rows
         from costtune.measure.replay import ReplayRunner
-        from costtune.store.dataset import load_dataset
 
+        rows = load_rows(replay, kernel=workload.kernel, option="--replay")
         try:
-            runner = ReplayRunner(load_dataset(replay, kernel=workload.kernel))
+            runner = ReplayRunner(rows)
             runner.configs(workload)
         except (OSError, ValueError) as exc:
             _fail(f"--replay {replay}: {describe(exc)}")

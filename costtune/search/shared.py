@@ -47,12 +47,8 @@ def open_storage(storage: str | os.PathLike | BaseStorage | None, *,
     naming the storage when its folder does not exist or it cannot be opened."""
     if storage is None or isinstance(storage, BaseStorage):
         return optuna.storages.get_storage(storage)
-    text = os.fspath(storage)
-    if "://" not in text:
-        text = "sqlite:///" + os.path.abspath(text)
+    text = check_storage(storage)
     db = sqlite_file(text)
-    if db is not None and not db.parent.is_dir():
-        raise ValueError(f"storage {storage}: folder {db.parent} does not exist")
     beat = {} if not heartbeat_s else {"heartbeat_interval": int(heartbeat_s),
                                        "grace_period": int(grace_s or 5 * heartbeat_s)}
     # SQLite's default 5 s busy timeout is short for several workers and their heartbeats.
@@ -74,6 +70,25 @@ def open_storage(storage: str | os.PathLike | BaseStorage | None, *,
                                      f"({type(exc).__name__}: {first})") from exc
                 time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def check_storage(storage: str | os.PathLike) -> str:
+    """The storage URL of a path or URL, checked without opening it: a known database kind, a
+    SQLite file's folder exists. ValueError naming the storage otherwise."""
+    text = os.fspath(storage)
+    if "://" not in text:
+        text = "sqlite:///" + os.path.abspath(text)
+    from sqlalchemy.engine import make_url
+
+    try:
+        make_url(text).get_dialect()
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"storage {storage}: cannot open it ({first})") from None
+    db = sqlite_file(text)
+    if db is not None and not db.parent.is_dir():
+        raise ValueError(f"storage {storage}: folder {db.parent} does not exist")
+    return text
 
 
 def sqlite_file(storage: str | BaseStorage) -> Path | None:
