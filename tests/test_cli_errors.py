@@ -61,7 +61,7 @@ def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["kernels", "--seed", "x"], "Invalid value for '--seed'"),
         # collect: arguments first, then the GPU
         (["collect", "softmax"], "Missing option '--out'"),
-        (["collect", "conv", "--out", out], "unknown kernel 'conv'"),
+        (["collect", "conv", "--out", out], "unknown kernel family 'conv'"),
         (["collect", "softmax", "--suite", "nosuch", "--out", out], "neither"),
         (["collect", "softmax", "--dtype", "int8", "--out", out], "not supported by softmax"),
         (["collect", "softmax", "--gpus", "a,b", "--out", out], "--gpus must be"),
@@ -71,7 +71,7 @@ def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["features", "--dataset", e, "--out", out], f"--dataset {e} holds no rows"),
         (["features", "--dataset", m, "--out", out], f"--dataset {m} does not exist"),
         (["features", "--dataset", c, "--out", out], str(p["torn"])),
-        (["features", "--kernel", "conv", "--dataset", c], "unknown kernel 'conv'"),
+        (["features", "--kernel", "conv", "--dataset", c], "unknown kernel family 'conv'"),
         (["features", "--arch", "12", "--dataset", c], "--arch 12"),
         (["features", "--dataset", str(DATASET)], "inside the shipped dataset"),
         (["features", "--dataset", c, "--out", str(p["empty"])], "is a folder"),

@@ -34,7 +34,7 @@ def check_kernel(kernel: str, *, option: str = "KERNEL") -> None:
     from costtune.kernels import FAMILIES
 
     if kernel not in FAMILIES:
-        fail(f"{option}: unknown kernel {kernel!r}; use one of {', '.join(FAMILIES)}")
+        fail(f"{option}: unknown kernel family {kernel!r}; known: {', '.join(FAMILIES)}")
 
 
 def is_shipped(path: Path) -> bool:
