@@ -46,14 +46,18 @@ def test_precompile_turns_a_bad_config_into_a_row():
     assert "BLOCK_M" in out[bad.key].error
 
 
-def test_pool_compiles_stream_and_failures_become_rows():
+def test_pool_compiles_stream_and_failures_become_rows(tmp_path):
     """The runner times a config once its compile is done: a compile past its deadline is a
     TIMEOUT row, and so are the workload's queued ones, cancelled with the pool, whose
-    processes are killed (a hung compiler must not keep this interpreter from exiting); a
-    dead pool worker is a COMPILE_ERROR row; the pool is then replaced, not reused."""
+    processes are killed, with what they started (a hung compiler, or its ptxas, must not keep
+    this interpreter from exiting); a dead pool worker is a COMPILE_ERROR row; the pool is then
+    replaced, not reused."""
     import os
+    import subprocess
     import time
     from functools import partial
+
+    import psutil
 
     try:
         pool = compile_mod._pool(1)
@@ -64,17 +68,27 @@ def test_pool_compiles_stream_and_failures_become_rows():
         assert done.get(ok) == compile_mod.CompileResult(Status.OK, 0.5)
         assert done.get(ok).status is Status.OK  # a second get answers from memory
 
-        procs = list(pool._processes.values())
+        procs = [psutil.Process(p.pid) for p in pool._processes.values()]
+        pid_file = tmp_path / "hung.pid"
+        hung = ["sh", "-c", f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && "
+                "exec sleep 60"]  # stands in for a ptxas that never returns
         stuck = [Config({"BLOCK_M": 2 ** i}) for i in range(4)]  # 1 runs, 1 sits in the
-        waiting = PendingCompiles({c.key: pool.submit(time.sleep, 20) for c in stuck},
-                                  timeout_s=0.5)  # pipe, 2 are queued: those get cancelled
+        futures = {stuck[0].key: pool.submit(subprocess.run, hung)}  # pipe, 2 are queued:
+        futures.update({c.key: pool.submit(time.sleep, 20) for c in stuck[1:]})  # cancelled
+        deadline = time.monotonic() + 60
+        while not pid_file.exists():  # the hung compile has started its child
+            assert time.monotonic() < deadline, "the pool never ran the hung job"
+            time.sleep(0.01)
+        grandchild = psutil.Process(int(pid_file.read_text()))
+        waiting = PendingCompiles(futures, timeout_s=0.5)
         start = time.monotonic()
         assert all(waiting.get(c).status is Status.TIMEOUT for c in stuck)
         assert "not done" in waiting.get(stuck[-1]).error and time.monotonic() - start < 10
         assert compile_mod._POOL is None  # shut down after the timeout, its processes killed
-        for proc in procs:
-            proc.join(timeout=10)
-            assert not proc.is_alive()
+        # Gone once shutdown_pool returns. Checked with psutil, not Process.join/is_alive: the
+        # executor's own thread reaps its workers, and a second waitpid racing it makes
+        # multiprocessing report a reaped worker as alive (the test's old failure under load).
+        assert not any(compile_mod.is_running(p) for p in [*procs, grandchild])
 
         assert compile_mod._pool(1).submit(abs, -1).result(timeout=120) == 1  # a fresh one
         dead = Config({"BLOCK_M": 256})
@@ -169,7 +183,8 @@ def test_collect_cli_reports_and_resumes(tmp_path, monkeypatch):
     again = summary(CliRunner().invoke(app, args))
     assert again["workloads"] == 0 and again["skipped_workloads"] == 2
     assert len(calls) == 2
-    bad = CliRunner().invoke(app, ["collect", "softmax", "--suite", "nosuch"])
+    bad = CliRunner().invoke(app, ["collect", "softmax", "--suite", "nosuch", "--out",
+                                   str(tmp_path / "other")])
     assert bad.exit_code == 2 and "neither" in bad.output
 
 
@@ -255,3 +270,36 @@ def test_compile_lock_without_file_locks_compiles_anyway(tmp_path, monkeypatch):
     with compile_lock("softmax", {"n": ("value", 16)}, {"BLOCK_N": 64}):
         ran.append(2)
     assert ran == [1, 2]
+
+
+def test_a_second_collector_skips_what_the_first_is_measuring(tmp_path, monkeypatch):
+    """Two collectors on one store: the second skips (reports busy) the workload the first
+    holds, measures the rest; the first then finds those stored and does not measure them
+    again. Every key is stored once."""
+    ws = collect_mod.suite_workloads("softmax", "test", ["float16"])[:3]
+    calls: list = []
+    fake = _fake_collect_workload(calls)
+    second: dict = {}
+
+    def first_measures(workload, configs, **kw):
+        if not second:  # while the first holds ws[0], a second collector runs
+            second["started"] = True
+            second.update(collect_mod.collect(ws, Store(tmp_path), max_configs=4))
+        return fake(workload, configs, **kw)
+
+    monkeypatch.setattr(local_mod, "collect_workload", first_measures)
+    first = collect_mod.collect(ws, Store(tmp_path), max_configs=4)
+    assert second["busy_workloads"] == [ws[0].id] and second["workloads"] == 2
+    assert first["workloads"] == 1 and first["skipped_workloads"] == 2
+    assert [c[0] for c in calls] == [ws[1].id, ws[2].id, ws[0].id]
+    df = Store(tmp_path).load("softmax")
+    assert len(df) == 12 and not df.duplicated(["workload", "config"]).any()
+    # Resume is per GPU model: rows of another GPU do not count as measured here.
+    import costtune.env
+
+    monkeypatch.setattr(local_mod, "collect_workload", fake)
+    env = costtune.env.environment
+    monkeypatch.setattr(costtune.env, "environment", lambda *a, **k: {**env(), "gpu": "other"})
+    again = collect_mod.collect(ws, Store(tmp_path), max_configs=4)
+    assert again["workloads"] == 3 and again["skipped_workloads"] == 0
+    assert len(Store(tmp_path).load("softmax")) == 24

@@ -99,6 +99,23 @@ def test_cluster_collection_equals_single_process(client, mini, reference, tmp_p
     assert again["skipped_workloads"] == 6 and again["workloads"] == 0
 
 
+def test_a_workload_another_collector_holds_is_skipped(client, mini, reference, tmp_path):
+    """Two collections on one store: the one that finds a workload claimed skips it (busy),
+    stores the rest, and a rerun after the claim is gone completes the store."""
+    _, df, workloads = mini
+    held = Store(tmp_path).claim(workloads[0].kernel, workloads[0].id, gpu=None)
+    assert held is not None
+    try:
+        summary = collect(workloads, tmp_path, scheduler=ready(client), replay_dataset=df)
+    finally:
+        held.release()
+    assert summary["busy_workloads"] == [workloads[0].id] and summary["workloads"] == 5
+    assert workloads[0].id not in set(Store(tmp_path).load()["workload"])
+    rest = collect(workloads, tmp_path, scheduler=client, replay_dataset=df)
+    assert rest["workloads"] == 1 and rest["busy_workloads"] == []
+    pd.testing.assert_frame_equal(frame(Store(tmp_path).load()), reference)
+
+
 def test_local_cluster_pins_its_worker_to_one_gpu(mini, reference, tmp_path, monkeypatch):
     _, df, workloads = mini
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")  # our GPU 1 is the machine's GPU 7

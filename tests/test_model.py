@@ -180,6 +180,58 @@ def test_load_unknown_name_says_where_it_looked():
         CostModel.load("no-such-gpu")
 
 
+def test_a_copied_pair_loads_its_own_booster(tmp_path, fitted, gemm, data):
+    """The JSON names its booster, but loading reads the .ubj of the JSON's own stem: a copied
+    v1.json/v1.ubj pair never loads the booster it was copied from."""
+    import shutil
+
+    fitted.save(tmp_path / "h200_gemm")
+    other = CostModel(**{**FAST, "max_depth": 2}, seed=7).fit(gemm)
+    other.save(tmp_path / "other")
+    shutil.copy(tmp_path / "h200_gemm.json", tmp_path / "v1.json")
+    shutil.copy(tmp_path / "other.ubj", tmp_path / "v1.ubj")  # v1 is another model's booster
+    assert json.loads((tmp_path / "v1.json").read_text())["booster"] == "h200_gemm.ubj"
+    v1 = CostModel.load(tmp_path / "v1")
+    assert np.array_equal(v1.predict(gemm), other.predict(gemm))
+    assert not np.array_equal(v1.predict(gemm), fitted.predict(gemm))
+
+
+def test_a_missing_or_torn_booster_is_one_line(tmp_path, fitted):
+    fitted.save(tmp_path / "m")
+    booster = tmp_path / "m.ubj"
+    booster.write_bytes(booster.read_bytes()[:40])
+    with pytest.raises(ModelSchemaError) as err:
+        CostModel.load(tmp_path / "m")
+    assert "not a readable XGBoost booster" in str(err.value) and "\n" not in str(err.value)
+    booster.unlink()
+    with pytest.raises(ModelSchemaError, match="its booster m.ubj is missing") as err:
+        CostModel.load(tmp_path / "m.json")
+    assert "\n" not in str(err.value)
+
+
+def test_every_shipped_model_loads():
+    from costtune.model.files import shipped_model_dir
+
+    names = sorted(p.stem for p in shipped_model_dir().glob("*.json"))
+    assert "h200" in names
+    for name in names:
+        assert CostModel.load(name).families_
+
+
+def test_user_models_are_found_by_name_after_the_shipped(tmp_path, fitted, monkeypatch):
+    from costtune.model.files import user_model_dir
+
+    monkeypatch.setenv("COSTTUNE_HOME", str(tmp_path / "home"))
+    assert user_model_dir() == tmp_path / "home" / "models"
+    fitted.save(user_model_dir() / "mine")
+    assert CostModel.load("mine").train_hash_ == fitted.train_hash_
+    fitted.save(user_model_dir() / "h200")  # cannot shadow the shipped model
+    assert CostModel.load("h200").families_ == ["attention", "gemm", "softmax"]
+    monkeypatch.delenv("COSTTUNE_HOME")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_model_dir() == tmp_path / "xdg" / "costtune" / "models"
+
+
 def test_leaderboard_shape_and_reports(tmp_path, data):
     model = CostModel(**FAST, family="all").fit(data[data["suite"] == "train"])
     board = leaderboard(data, model=model)

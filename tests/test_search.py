@@ -265,7 +265,7 @@ def test_cli_json_under_replay(attention):
     res = cli("attention", "--shape", shape, "--replay", str(DATASET), "--sampler", "random",
               "--n-trials", "5", "--seed", "0", "--json")
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
+    out = json.loads(res.output.strip().splitlines()[-1])  # after the progress bar (stderr)
     assert out["trials_run"] == 5 and out["workload"] == w.id
     assert set(out["best_config"]) == {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}
     assert out["exhaustive_best_time_ms"] == runner.best(w).time_ms
@@ -293,3 +293,136 @@ def test_cli_without_replay_needs_a_gpu():
         pytest.skip("a GPU is visible")
     res = cli("gemm", "--shape", "64,64,64")
     assert res.exit_code == 2 and "--replay" in res.output
+
+
+STUDY_WORKER = """
+import sys, time
+import optuna
+import pandas as pd
+from costtune.measure.replay import ReplayRunner
+from costtune.search.study import ConfigStudy
+from costtune.space.config_space import ConfigSpace
+from costtune.types import Config
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+url, rows, log, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+runner = ReplayRunner(pd.read_parquet(rows))
+w = runner.workloads()[0]
+configs = [c.as_dict() for c in runner.configs(w)]
+keys = {Config.from_dict(c).key for c in configs}
+space = ConfigSpace({n: sorted({c[n] for c in configs}) for n in configs[0]},
+                    constraints={"recorded": lambda c: Config.from_dict(c).key in keys})
+
+
+class Logged:  # appends each config it measures to the log before measuring it
+    def measure(self, workload, cs):
+        with open(log, "a") as f:
+            f.write(cs[0].key + "\\n")
+        time.sleep(0.2)  # a measurement takes a while: the kill lands inside one
+        return runner.measure(workload, cs)
+
+
+study = ConfigStudy(w, Logged(), space=space, storage=url, study_name="shared", seed=seed,
+                    heartbeat_s=1, grace_s=3)
+for c in space.configs()[:4]:  # the same queued (WAITING) trials in every worker
+    study.study.enqueue_trial(study.encoding.params(c))
+print(study.optimize(5).n_measured)
+"""
+
+
+def _study_phase(url: str, rows: Path, tmp: Path, tag: str, seed: int) -> dict:
+    """3 workers on one study; one is killed with SIGKILL after 2 measurements and restarted
+    (resume). Returns what happened: exit codes, the measurement logs, the wall time."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+    def start(log: Path, seed: int) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", STUDY_WORKER, url, str(rows), str(log),
+                                 str(seed)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    t0 = time.monotonic()
+    logs = [tmp / f"{tag}{i}.log" for i in range(3)]
+    procs = [start(log, seed + i) for i, log in enumerate(logs)]
+    deadline = time.monotonic() + 120
+    while len(logs[1].read_text().splitlines() if logs[1].exists() else []) < 2:
+        assert procs[1].poll() is None, procs[1].communicate()
+        assert time.monotonic() < deadline, "worker 1 never measured twice"
+        time.sleep(0.02)
+    os.kill(procs[1].pid, signal.SIGKILL)
+    procs[1].wait()
+    in_flight = logs[1].read_text().splitlines()[-1]
+    resumed = start(tmp / f"{tag}1-resumed.log", seed + 1)
+    outs = [p.communicate(timeout=180) for p in (procs[0], procs[2], resumed)]
+    codes = [p.returncode for p in (procs[0], procs[2], resumed)]
+    measured = [line for log in tmp.glob(f"{tag}*.log") for line in log.read_text().split()]
+    return {"codes": codes, "errors": [e for _, e in outs if e.strip()], "killed": in_flight,
+            "measured": measured, "seconds": time.monotonic() - t0,
+            "counts": [int(o.split()[-1]) for o, _ in outs if o.split()]}
+
+
+def test_three_workers_with_a_kill_on_a_fresh_and_an_existing_sqlite(tmp_path):
+    """The issue's goal: 3 processes on one SQLite study, fresh then existing, with a kill -9
+    in the middle of each run: no crash, no hang, no trial left RUNNING, no config measured
+    twice (but the one the killed worker had in flight)."""
+    from collections import Counter
+
+    data = costtune.load_dataset(DATASET, kernel="gemm")
+    rows = tmp_path / "rows.parquet"
+    data[data["workload"] == "gemm_M16_N28672_K4096_float16"].to_parquet(rows)
+    url = f"sqlite:///{tmp_path / 'studies.db'}"  # does not exist yet: the workers create it
+    seen: list[str] = []
+    killed: Counter = Counter()  # configs a killed worker had in flight
+    for seed, tag in ((0, "fresh"), (10, "existing")):
+        run = _study_phase(url, rows, tmp_path, tag, seed)
+        killed[run["killed"]] += 1
+        assert run["codes"] == [0, 0, 0] and run["errors"] == [], run
+        assert len(run["counts"]) == 3 and run["seconds"] < 150, run  # no 600 s claim wait
+        study = optuna.load_study(study_name="shared", storage=url)
+        states = Counter(t.state.name for t in study.trials)
+        assert states["RUNNING"] == 0, states
+        twice = {k: n for k, n in Counter(seen + run["measured"]).items() if n > 1}
+        assert all(n <= 1 + killed[k] for k, n in twice.items()), (twice, killed)
+        seen += run["measured"]
+        done = [t.user_attrs["config"] for t in study.trials
+                if t.state == TrialState.COMPLETE and not t.user_attrs.get("cached")]
+        assert len(done) == len(set(done))  # one measuring trial per config
+    assert states["FAIL"] >= 2  # the killed workers' trials, failed by the others
+
+
+def test_a_dead_workers_trial_fails_at_once_here_and_after_the_grace_elsewhere(tmp_path):
+    from costtune.search.shared import OWNER_ATTR, fail_dead, open_storage
+
+    storage = open_storage(tmp_path / "s.db", heartbeat_s=1, grace_s=2)
+    study = optuna.create_study(storage=storage, study_name="s")
+    local, remote, alive = study.ask(), study.ask(), study.ask()
+    here = __import__("costtune.search.shared", fromlist=["owner"]).owner()
+    host = here.rsplit(":", 2)[0]
+    local.set_user_attr(OWNER_ATTR, f"{host}:999999999:1.00")  # this host, no such process
+    remote.set_user_attr(OWNER_ATTR, "elsewhere|0|0:123:1.00")
+    alive.set_user_attr(OWNER_ATTR, here)
+    for t in (local, remote, alive):
+        storage.record_heartbeat(t._trial_id)
+    assert fail_dead(study) == [local.number]  # at once: its process is gone
+    import time
+
+    time.sleep(3.5)  # past the grace period without a heartbeat
+    storage.record_heartbeat(alive._trial_id)
+    fail_dead(study)
+    states = {t.number: t.state for t in study.trials}
+    assert states == {local.number: TrialState.FAIL, remote.number: TrialState.FAIL,
+                      alive.number: TrialState.RUNNING}
+
+
+def test_bad_storage_is_one_clear_error(tmp_path):
+    from costtune.search.shared import open_storage
+
+    with pytest.raises(ValueError, match="folder /no/such/dir does not exist"):
+        open_storage("/no/such/dir/s.db")
+    with pytest.raises(ValueError, match=r"storage nosuchdb://x: cannot open it"):
+        open_storage("nosuchdb://x")

@@ -185,7 +185,8 @@ def test_duplicates_across_parts_name_both_files(tmp_path):
     old = store.append(gemm_rows(), meta=META)
     newer = pd.DataFrame(gemm_rows()).assign(time_ms=9.0)
     new = old.with_name("part-29990101T000000.000000Z-00000000.parquet")
-    write_raw_part(new, newer, {"schema_version": SCHEMA_VERSION, "kernel": "gemm"})
+    # Same GPU (the key is GPU, workload, config): a part written around the writer lock.
+    write_raw_part(new, newer, {"schema_version": SCHEMA_VERSION, "kernel": "gemm", **META})
     with pytest.raises(StoreError) as err:
         store.load()
     assert str(old) in str(err.value) and str(new) in str(err.value)
@@ -204,7 +205,7 @@ WRITER = textwrap.dedent("""
         row = {"kernel": "gemm", "workload": "gemm_M64_N64_K64_float16", "dtype": "float16",
                "M": 64, "N": 64, "K": 64, "BLOCK_M": i, "num_warps": 4, "num_stages": 3,
                "config": f"BLOCK_M={i},num_warps=4,num_stages=3", "status": "ok",
-               "time_ms": float(i)}
+               "time_ms": float(i + 1)}
         if (row["workload"], row["config"]) not in done:
             store.append([row], meta={"writer": "test"})
 """)
@@ -245,3 +246,200 @@ def test_resume_after_writer_killed_with_sigkill(tmp_path):
     assert sorted(df["BLOCK_M"]) == list(range(n + 5))
     assert not df.duplicated(["workload", "config"]).any()
     assert len(store.parts("gemm")) == n + 5
+
+
+SAME_KEYS_WRITER = textwrap.dedent("""
+    import random, sys, time
+    from costtune.store.dataset import Store
+    root, seed, mode, start_at = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+    store = Store(root)
+    rows = [{"kernel": "gemm", "workload": "gemm_M64_N64_K64_float16", "dtype": "float16",
+             "M": 64, "N": 64, "K": 64, "BLOCK_M": i, "num_warps": 4, "num_stages": 3,
+             "config": f"BLOCK_M={i},num_warps=4,num_stages=3", "status": "ok",
+             "time_ms": 1.0 + i, "writer": seed} for i in range(20)]
+    random.Random(seed).shuffle(rows)
+    time.sleep(max(0.0, start_at - time.time()))  # all four start together
+    written = refused = 0
+    for row in rows:
+        done = store.measured_keys("gemm")  # the check-then-write every writer does
+        if (row["workload"], row["config"]) in done:
+            continue
+        try:
+            if store.append([row], meta={"gpu": "NVIDIA H200"}, existing=mode) is not None:
+                written += 1
+        except ValueError as exc:
+            assert "already stored" in str(exc), exc
+            refused += 1
+    print(written, refused)
+""")
+
+
+@pytest.mark.parametrize("mode", ["error", "skip"])
+def test_four_writers_of_the_same_keys_store_each_key_once(tmp_path, mode):
+    """The issue's goal: 4 processes appending the same 20 keys, one part per key, at once.
+    Without the writer lock they wrote 40-61 parts and the dataset refused to load."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    start_at = time.time() + 3.0
+    procs = [subprocess.Popen([sys.executable, "-c", SAME_KEYS_WRITER, str(tmp_path), str(i),
+                               mode, str(start_at)], env=env, stdout=subprocess.PIPE, text=True)
+             for i in range(4)]
+    outs = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    written = sum(int(o[0]) for o in outs)
+    store = Store(tmp_path)
+    df = store.load()  # loadable: raises on a key stored twice
+    assert len(df) == 20 and sorted(df["BLOCK_M"]) == list(range(20))
+    assert written == 20 and len(store.parts("gemm")) == 20
+    assert not df.duplicated(["workload", "config"]).any()
+    assert not list((tmp_path / "gemm").glob("*.tmp"))
+
+
+def test_append_checks_values_and_names_row_and_field(tmp_path):
+    store = Store(tmp_path)
+    good = softmax_rows()
+    cases = [
+        ({"time_ms": "2.5"}, "field 'time_ms' is '2.5' (str); expected a number"),
+        ({"time_ms": float("nan")}, "field 'time_ms' is nan in an 'ok' row"),
+        ({"time_ms": float("inf")}, "field 'time_ms' is inf in an 'ok' row"),
+        ({"time_ms": -1.0}, "field 'time_ms' is -1.0 in an 'ok' row"),
+        ({"time_ms": 0.0}, "field 'time_ms' is 0.0 in an 'ok' row"),
+        ({"workload": None}, "field 'workload' is nan (float); expected a non-empty"),
+        ({"config": ""}, "field 'config' is '' (str); expected a non-empty string"),
+        ({"status": "great"}, "field 'status' is 'great', not a storable status"),
+        ({"status": "compile_error", "time_ms": -3.0}, "expected a finite time >= 0 or NaN"),
+        ({"compile_s": "fast"}, "field 'compile_s' is 'fast' (str)"),
+        ({"gpu": 7}, "field 'gpu' is 7.0 (float); expected a GPU name"),
+    ]
+    for change, message in cases:
+        rows = [dict(r) for r in good]
+        rows[1].update(change)
+        with pytest.raises(ValueError) as err:
+            store.append(rows, meta=META)
+        text = str(err.value)
+        assert "\n" not in text and text.startswith("row 1 (workload "), text
+        assert message in text, text
+    assert store.parts() == []
+    # Failed rows may carry a time (wrong_result) or none; numbers stay float columns.
+    store.append([{**good[0], "status": "wrong_result", "time_ms": 0.3},
+                  {**good[1], "status": "timeout", "time_ms": None}], meta=META)
+    df = store.load()
+    assert df["time_ms"].dtype == "float64" and df["time_ms"].isna().sum() == 1
+
+
+def test_only_the_layout_loads_and_strays_are_reported(tmp_path):
+    store = Store(tmp_path)
+    store.append(gemm_rows(), meta=META)
+    store.append(softmax_rows(), meta=META)
+    part = store.parts("softmax")[0]
+    stray = tmp_path / part.name  # a part copied to the root: the issue's 92-of-8,199 rows
+    stray.write_bytes(part.read_bytes())
+    odd = tmp_path / "gemm" / "backup.parquet"
+    odd.write_bytes(part.read_bytes())
+    (tmp_path / "DATASHEET.md").write_text("not data")
+    (tmp_path / "features.parquet").write_bytes(b"a feature table, not a part")
+    for load in (lambda: load_dataset(tmp_path), lambda: Store(tmp_path).load()):
+        with pytest.warns(costtune.store.StoreWarning) as record:
+            df = load()
+        assert len(df) == 7 and set(df["kernel"]) == {"gemm", "softmax"}
+        text = str(record[0].message)
+        assert str(stray) in text and str(odd) in text and "features.parquet" not in text
+    assert store.strays() == sorted([stray, odd])
+    # A part whose metadata names another family than its folder is not trusted.
+    (tmp_path / "attention").mkdir()
+    moved = tmp_path / "attention" / part.name
+    moved.write_bytes(part.read_bytes())
+    with pytest.raises(StoreError, match="differs from its folder 'attention'"), \
+            pytest.warns(costtune.store.StoreWarning):
+        Store(tmp_path).load()
+
+
+def test_missing_paths_behave_the_same_everywhere(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(FileNotFoundError, match="no dataset at"):
+        load_dataset(missing)
+    with pytest.raises(FileNotFoundError, match="no dataset at"):
+        Store(missing).load()
+    assert Store(missing).measured_keys("gemm") == set() and Store(missing).parts() == []
+    assert load_dataset(tmp_path).empty and Store(tmp_path).load().empty  # exists, empty
+
+
+def test_a_bad_part_is_skipped_only_when_asked_and_named(tmp_path):
+    store = Store(tmp_path)
+    good = store.append(gemm_rows(), meta=META)
+    torn = good.with_name("part-29990101T000000.000000Z-deadbeef.parquet")
+    torn.write_bytes(good.read_bytes()[:100])
+    with pytest.raises(StoreError, match=re.escape(str(torn))):
+        store.load()
+    for load in (lambda: store.load(on_bad_part="skip"),
+                 lambda: load_dataset(tmp_path, on_bad_part="skip"),
+                 lambda: Store(tmp_path, on_bad_part="skip").load()):
+        with pytest.warns(costtune.store.StoreWarning, match=r"skipped 1 bad part\(s\): "
+                          + re.escape(str(torn))):
+            assert len(load()) == 4
+    skipping = Store(tmp_path, on_bad_part="skip")
+    with pytest.warns(costtune.store.StoreWarning, match=re.escape(str(torn))):
+        assert len(skipping.measured_keys("gemm")) == 4  # resume goes on around it
+    with pytest.raises(ValueError, match="on_bad_part"):
+        Store(tmp_path, on_bad_part="ignore")
+
+
+def test_stale_temp_files_are_removed_young_ones_kept(tmp_path):
+    store = Store(tmp_path, stale_temp_s=60)
+    store.append(gemm_rows(1), meta=META)
+    old = tmp_path / "gemm" / "part-20250101T000000.000000Z-0badf00d.parquet.tmp"
+    young = tmp_path / "gemm" / "part-20250101T000001.000000Z-0badf00e.parquet.tmp"
+    old.write_bytes(b"PAR1 torn")
+    young.write_bytes(b"PAR1 being written")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    store.append(softmax_rows(), meta=META)  # another family's folder: gemm's untouched
+    assert old.exists()
+    store.append(gemm_rows(3, M=512), meta=META)  # the next gemm writer cleans up
+    assert not old.exists() and young.exists()
+    assert store.clean_temp(older_than_s=0) == [young] and not young.exists()
+
+
+def test_the_gpu_is_part_of_the_key(tmp_path):
+    store = Store(tmp_path)
+    rows = gemm_rows()
+    store.append(rows, meta=META)
+    key = (rows[0]["workload"], rows[0]["config"])
+    assert key in store.measured_keys("gemm", gpu="NVIDIA H200")
+    assert store.measured_keys("gemm", gpu="NVIDIA A100") == set()
+    assert key in store.measured_keys("gemm")  # any GPU
+    store.append([{**r, "gpu": "NVIDIA A100"} for r in rows], meta=META)  # the row's gpu wins
+    with pytest.raises(ValueError, match="already stored"):
+        store.append([{**rows[0], "gpu": "NVIDIA A100"}], meta=META)
+    assert store.append([{**rows[0], "gpu": "NVIDIA A100"}], meta=META, existing="skip") is None
+    assert len(store.load()) == 8
+    assert len(store.load(gpu="NVIDIA A100")) == 4 == len(load_dataset(tmp_path, gpu=META["gpu"]))
+
+
+CLAIMER = textwrap.dedent("""
+    import sys, time
+    from costtune.store.dataset import Store
+    claim = Store(sys.argv[1]).claim("gemm", "gemm_M64_N64_K64_float16", gpu="NVIDIA H200")
+    print("held" if claim is not None else "busy", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_claim_is_exclusive_and_dies_with_its_process(tmp_path):
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-c", CLAIMER, str(tmp_path)], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        store = Store(tmp_path)
+        assert store.claim("gemm", "gemm_M64_N64_K64_float16", gpu="NVIDIA H200") is None
+        other = store.claim("gemm", "gemm_M64_N64_K64_float16", gpu="NVIDIA A100")
+        assert other is not None  # another GPU model: another claim
+        other.release()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        claim = store.claim("gemm", "gemm_M64_N64_K64_float16", gpu="NVIDIA H200")
+        assert claim is not None  # the OS released the dead collector's lock
+        claim.release()
+        assert store.load().empty  # claims and the lock file are not data
+    finally:
+        proc.kill()
+        proc.wait()

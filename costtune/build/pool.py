@@ -18,6 +18,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+import psutil
+
 from costtune.build.errors import CompileResult, error_text
 from costtune.types import Config, Status
 
@@ -56,18 +58,59 @@ def get_pool(workers: int | None = None) -> ProcessPoolExecutor:
     return _pool(workers or os.cpu_count() or 1)
 
 
-def shutdown_pool(*, wait: bool = False, kill: bool = False) -> None:
-    """Stop the long-lived pool: queued jobs are cancelled; with ``kill`` its processes are
-    terminated too (after a timeout: a compile that hangs would otherwise keep its process,
-    and this interpreter's exit, waiting for good)."""
+def shutdown_pool(*, wait: bool = False, kill: bool = False, grace_s: float = 5.0) -> None:
+    """Stop the long-lived pool: queued jobs are cancelled; with ``kill`` its processes and
+    theirs (a compiler's ``ptxas``) are terminated too, and gone when this returns (SIGKILL
+    after ``grace_s``): a compile that hangs would otherwise keep its process, and this
+    interpreter's exit, waiting for good."""
     global _POOL
-    if _POOL is not None:
-        procs = list((getattr(_POOL, "_processes", None) or {}).values()) if kill else []
-        for proc in procs:  # its queued jobs then fail as BrokenProcessPool, not cancelled
-            with contextlib.suppress(Exception):  # (cancelling them races the executor's
-                proc.terminate()  # own clean-up of a broken pool on Python 3.11)
-        _POOL.shutdown(wait=wait, cancel_futures=not procs)
-        _POOL = None
+    if _POOL is None:
+        return
+    pool, _POOL = _POOL, None
+    procs = _process_tree(pool) if kill else []
+    for proc in procs:  # its queued jobs then fail as BrokenProcessPool, not cancelled
+        with contextlib.suppress(psutil.Error):  # (cancelling them races the executor's
+            proc.terminate()  # own clean-up of a broken pool on Python 3.11)
+    pool.shutdown(wait=wait, cancel_futures=not procs)
+    if procs:
+        alive = _wait_gone(procs, grace_s)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        _wait_gone(alive, grace_s)
+
+
+def _process_tree(pool: ProcessPoolExecutor) -> list[psutil.Process]:
+    """The pool's worker processes and their children, as psutil handles (taken before any
+    dies: an orphan is re-parented and no longer found from here)."""
+    out = []
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(psutil.Error, ValueError, AttributeError):
+            handle = psutil.Process(proc.pid)
+            out += [handle, *handle.children(recursive=True)]
+    return out
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until ``procs`` are dead (a zombie counts: dead, not yet reaped); the ones still
+    running after ``timeout``. Never reaps: the executor's own thread reaps its workers, and a
+    second ``waitpid`` racing it makes ``multiprocessing`` report a dead worker as alive."""
+    deadline = time.monotonic() + timeout
+    alive = list(procs)
+    while alive:
+        alive = [p for p in alive if is_running(p)]
+        if not alive or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    return alive
+
+
+def is_running(proc: psutil.Process) -> bool:
+    """Whether ``proc`` still runs: gone and zombie processes do not."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _result(fut: Future, deadline: float) -> Any:

@@ -8,43 +8,93 @@ from typing import Any
 
 import typer
 
+from costtune.cli.console import bar, describe, fail, note
+from costtune.cli.inputs import check_writable, load_rows
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_)
+
+
+def eval_(dataset: Path = typer.Option(Path("datasets/h200"), help="store root"),
+          model: str = typer.Option("h200", help="shipped or user model name, or a model path; "
+                                    "'train' fits the default on the train suite now"),
+          as_json: bool = typer.Option(False, "--json", help="print the scores as JSON"),
+          plot: Path | None = typer.Option(None, "--plot", help="also write the top-k vs k "
+                                           "plot (PNG) to this path")) -> None:
+    """Score the cost model and every baseline on the test suite (TenSet top-k)."""
+    if plot is not None:
+        check_writable(plot, option="--plot")
+    board = print_leaderboard(dataset, model=model, as_json=as_json)
+    if plot is not None:
+        from costtune.evaluate import plot_topk
+
+        plot_topk(board, plot)
+        if not as_json:
+            typer.echo(f"plot: {plot}")
+
 
 def check_dataset(dataset: Path) -> None:
-    """Exit 2 with a one-line message when the store root ``dataset`` is absent."""
+    """Exit with a one-line message when the store root ``dataset`` is absent."""
     if not dataset.exists():
-        typer.echo(f"dataset {dataset} does not exist (run from the repository root or "
-                   f"pass --dataset)", err=True)
-        raise typer.Exit(2)
+        fail(f"--dataset {dataset} does not exist (datasets/h200 is found from the repository "
+             "root; pass --dataset DIR)")
 
 
 def print_leaderboard(dataset: Path, *, model: str = "h200", as_json: bool = False
                       ) -> dict[str, Any]:
     """Score ``model`` and every baseline on the test suite of ``dataset`` and print the
     leaderboard (a table, or JSON); returns it. Shared by `costtune eval` and `costtune demo`.
-    ``model="train"`` fits the default model on the train suite first."""
-    import costtune
+    ``model="train"`` fits the default model on the train suite first; every bad input is a
+    one-line error."""
+    if model != "train":
+        _check_model(model)
+    data = load_rows(dataset)
+    if "suite" not in data.columns:
+        fail(f"--dataset {dataset} has no 'suite' column: eval scores the test suite of a "
+             "collected dataset (train and test rows)")
+    if model != "train":
+        data = _served(data, model)
     from costtune.evaluate import format_leaderboard, leaderboard
 
-    check_dataset(dataset)
-    board = leaderboard(costtune.load_dataset(dataset),
-                        model=None if model == "train" else model)
+    try:
+        with bar("fitting the baselines and scoring the test suite", None):
+            board = leaderboard(data, model=None if model == "train" else model)
+    except ValueError as exc:
+        fail(f"--dataset {dataset}: {describe(exc)}")
     typer.echo(json.dumps(board, indent=1) if as_json else format_leaderboard(board))
     return board
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("eval")
-    def eval_(dataset: Path = typer.Option(Path("datasets/h200"), help="store root"),
-              model: str = typer.Option("h200", help="shipped model name or a model path; "
-                                        "'train' fits the default on the train suite now"),
-              as_json: bool = typer.Option(False, "--json", help="print the scores as JSON"),
-              plot: Path = typer.Option(Path("experiments/results/leaderboard_topk.png"),
-                                        help="where to write the top-k vs k plot")) -> None:
-        """Score the cost model and every baseline on the test suite (TenSet top-k)."""
-        from costtune.evaluate import plot_topk
+def _check_model(model: str) -> None:
+    from costtune.model.files import resolve
 
-        board = print_leaderboard(dataset, model=model, as_json=as_json)
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_topk(board, plot)
-        if not as_json:
-            typer.echo(f"plot: {plot}")
+    try:
+        resolve(model)
+    except FileNotFoundError as exc:
+        fail(f"--model {model}: {describe(exc)}")
+
+
+def _served(data: Any, model: str) -> Any:
+    """The rows of the kernel families ``model`` serves (a shipped name per family, like the
+    pruning hook); a note names the families left out."""
+    from costtune.model.registry import load_model
+
+    kernels = sorted(data["kernel"].astype(str).unique())
+    served, problems = [], []
+    for kernel in kernels:
+        try:
+            fitted = load_model(model, kernel)
+        except (OSError, ValueError) as exc:
+            problems.append(f"{kernel}: {describe(exc)}")
+            continue
+        if kernel in getattr(fitted, "families_", [kernel]):
+            served.append(kernel)
+    if not served:
+        detail = f" ({problems[0]})" if problems else ""
+        fail(f"--model {model} serves none of the dataset's kernels {kernels}{detail}")
+    if len(served) < len(kernels):
+        left = sorted(set(kernels) - set(served))
+        note(f"model {model} was trained for {', '.join(served)}; scoring only that, leaving "
+             f"out {', '.join(left)}" + (f" ({problems[0]})" if problems else ""))
+    return data[data["kernel"].isin(served)]

@@ -6,45 +6,56 @@ from pathlib import Path
 
 import typer
 
+from costtune.cli.console import bar, fail
+from costtune.cli.inputs import check_kernel, check_writable, is_shipped, load_rows
+
+ARCHS = (80, 86, 89, 90, 100, 120)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def features(dataset: Path = typer.Option(Path("datasets/h200"), help="store root"),
-                 out: Path | None = typer.Option(None, help="parquet file (default "
-                                                 "<dataset>/features.parquet, or "
-                                                 "features_<kernel>.parquet with --kernel)"),
-                 kernel: str | None = typer.Option(None, help="only this kernel family's rows"),
-                 compiled: bool = typer.Option(True, help="AOT-compile for --arch too"),
-                 arch: int = typer.Option(90, help="CUDA compute capability to compile for"),
-                 workers: int | None = typer.Option(None, help="compile processes "
-                                                    "(default: all cores)")) -> None:
-        """Compute the feature table (joinable on workload, config) for a dataset."""
-        import time
+    app.command()(features)
 
-        from costtune.features import compute_features
 
-        if not dataset.exists():
-            typer.echo(f"dataset {dataset} does not exist", err=True)
-            raise typer.Exit(2)
-        t0 = time.perf_counter()
-        source = dataset
-        if kernel is not None:
-            from costtune.kernels import get_family
-            from costtune.store.dataset import load_dataset
+def features(dataset: Path = typer.Option(Path("datasets/h200"), help="store root"),
+             out: Path | None = typer.Option(None, help="parquet file (default "
+                                             "<dataset>/features.parquet, or "
+                                             "features_<kernel>.parquet with --kernel; "
+                                             "required for the shipped dataset)"),
+             kernel: str | None = typer.Option(None, help="only this kernel family's rows"),
+             compiled: bool = typer.Option(True, help="AOT-compile for --arch too"),
+             arch: int = typer.Option(90, help="CUDA compute capability to compile for"),
+             workers: int | None = typer.Option(None, help="compile processes "
+                                                "(default: all cores)")) -> None:
+    """Compute the feature table (joinable on workload, config) for a dataset."""
+    import time
 
-            try:
-                get_family(kernel)
-            except ValueError as exc:
-                typer.echo(f"--kernel: {exc}", err=True)
-                raise typer.Exit(2) from None
-            source = load_dataset(dataset, kernel=kernel)
-            if source.empty:
-                typer.echo(f"dataset {dataset} has no {kernel} rows", err=True)
-                raise typer.Exit(2)
-            out = out or dataset / f"features_{kernel}.parquet"
-        table = compute_features(source, out=out, compiled=compiled, arch=arch,
-                                 workers=workers)
-        dt = time.perf_counter() - t0
-        where = out or dataset / "features.parquet"
-        typer.echo(f"{len(table)} rows x {table.shape[1]} columns -> {where} in {dt:.1f} s "
-                   f"({dt / max(len(table), 1) * 1e3:.1f} ms per row)")
+    if kernel is not None:
+        check_kernel(kernel, option="--kernel")
+    if arch not in ARCHS:
+        fail(f"--arch {arch} is not one of {', '.join(map(str, ARCHS))}")
+    if workers is not None and workers < 1:
+        fail(f"--workers must be >= 1, got {workers}")
+    if out is None:
+        folder = dataset if dataset.is_dir() else dataset.parent
+        out = folder / (f"features_{kernel}.parquet" if kernel else "features.parquet")
+        if is_shipped(out):
+            fail(f"the default output {out} is inside the shipped dataset; pass --out PATH "
+                 "(that path may be the shipped one, if you mean to replace it)")
+    check_writable(out, option="--out")
+    rows = load_rows(dataset, kernel=kernel)
+    from costtune.features import compute_features
+
+    t0 = time.perf_counter()
+    n_keys = len(rows.drop_duplicates(["workload", "config"]))
+    with bar(f"features of {rows['workload'].nunique()} workloads", n_keys) as advance:
+        seen = [0]
+
+        def progress(done: int, total: int) -> None:
+            advance(done - seen[0])
+            seen[0] = done
+
+        table = compute_features(rows, out=out, compiled=compiled, arch=arch, workers=workers,
+                                 progress=progress)
+    dt = time.perf_counter() - t0
+    typer.echo(f"{len(table)} rows x {table.shape[1]} columns -> {out} in {dt:.1f} s "
+               f"({dt / max(len(table), 1) * 1e3:.1f} ms per row)")

@@ -14,6 +14,8 @@ from typing import Any
 
 import typer
 
+from costtune.cli.console import bar, describe, gpu_problem
+
 KERNELS = ("gemm", "softmax", "attention")
 
 
@@ -23,8 +25,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+    from costtune.cli.console import fail
+
+    fail(message)
 
 
 def parse_shape(keys: tuple[str, ...], text: str) -> dict[str, Any]:
@@ -68,13 +71,17 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
           sampler: str = typer.Option("tpe", "--sampler", help="tpe|cmaes|gp|random|qmc"),
           n_trials: int = typer.Option(32, "--n-trials", help="configs to measure"),
           storage: str | None = typer.Option(None, "--storage", help="Optuna storage URL or "
-                                             "SQLite file (default: in memory)"),
+                                             "SQLite file (default: in memory); several "
+                                             "processes may share one"),
           study_name: str | None = typer.Option(None, "--study-name",
                                                 help="resume this study when it exists"),
           warm_start: str | None = typer.Option(None, "--warm-start", help="cost model name "
                                                 "or path: enqueue its top configs first"),
           n_warm: int = typer.Option(8, "--n-warm", help="configs the warm start enqueues"),
           seed: int | None = typer.Option(None, "--seed"),
+          heartbeat: int = typer.Option(2, "--heartbeat", help="seconds between a shared "
+                                        "study's trial heartbeats; a trial without one for 5x "
+                                        "that counts as its worker's death (0: no heartbeat)"),
           json_out: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
     """Search one workload's config space with an Optuna study (GPU, or --replay on CPU)."""
     from costtune.search.samplers import SAMPLERS
@@ -83,8 +90,9 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
         _fail(f"unknown kernel {kernel!r}; use one of {', '.join(KERNELS)}")
     if sampler not in SAMPLERS:
         _fail(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
-    if n_trials < 1 or n_warm < 0:
-        _fail(f"--n-trials must be >= 1 and --n-warm >= 0, got {n_trials}, {n_warm}")
+    if n_trials < 1 or n_warm < 0 or heartbeat < 0:
+        _fail(f"--n-trials must be >= 1, --n-warm and --heartbeat >= 0, got {n_trials}, "
+              f"{n_warm}, {heartbeat}")
     from costtune.kernels import get_family
     from costtune.types import Workload
 
@@ -96,15 +104,9 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
     if dtype not in family.DTYPES:
         _fail(f"{kernel} takes dtype {', '.join(family.DTYPES)}, not {dtype!r}")
     workload = Workload(kernel, problem, dtype)
+    _check_storage(storage)
+    model = _warm_model(warm_start, kernel)
     runner = _runner(workload, replay, seed)
-    model = None
-    if warm_start is not None:
-        from costtune.model.registry import load_model
-
-        try:
-            model = load_model(warm_start, kernel)
-        except (OSError, ValueError) as exc:
-            _fail(f"cannot load warm-start model {warm_start!r}: {exc}")
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -113,10 +115,13 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
 
     try:
         search = ConfigStudy(workload, runner, sampler=sampler, seed=seed, storage=storage,
-                             study_name=study_name, warm_start=model, n_warm=n_warm)
-        result = search.optimize(n_trials)
+                             study_name=study_name, warm_start=model, n_warm=n_warm,
+                             heartbeat_s=heartbeat or None, grace_s=5 * heartbeat or None)
     except ValueError as exc:
-        _fail(str(exc))
+        _fail(describe(exc))
+    with bar(f"{workload.id}: trials measured", n_trials) as advance:
+        result = search.optimize(n_trials, progress=lambda r: advance(
+            int(not r.cached and r.status != "invalid")))
     out: dict[str, Any] = {"kernel": kernel, "workload": workload.id, "sampler": sampler,
                            **result.as_dict(),
                            "trials_in_study": len(search.study.trials),
@@ -139,21 +144,46 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
                    f"{out['ratio']:.3f} of it")
 
 
+def _check_storage(storage: str | None) -> None:
+    """The storage's kind is known and a SQLite file's folder exists (before any dataset or
+    GPU work)."""
+    if storage is None:
+        return
+    from costtune.search.shared import check_storage
+
+    try:
+        check_storage(storage)
+    except ValueError as exc:
+        _fail(f"--{exc}")
+
+
+def _warm_model(warm_start: str | None, kernel: str) -> Any:
+    if warm_start is None:
+        return None
+    from costtune.model.registry import load_model
+
+    try:
+        return load_model(warm_start, kernel)
+    except (OSError, ValueError) as exc:
+        _fail(f"--warm-start {warm_start}: {describe(exc)}")
+
+
 def _runner(workload: Any, replay: Path | None, seed: int | None) -> Any:
     if replay is not None:
+        from costtune.cli.inputs import load_rows
         from costtune.measure.replay import ReplayRunner
-        from costtune.store.dataset import load_dataset
 
+        rows = load_rows(replay, kernel=workload.kernel, option="--replay")
         try:
-            runner = ReplayRunner(load_dataset(replay, kernel=workload.kernel))
+            runner = ReplayRunner(rows)
             runner.configs(workload)
         except (OSError, ValueError) as exc:
-            _fail(f"replay {replay}: {exc}")
+            _fail(f"--replay {replay}: {describe(exc)}")
         return runner
-    import torch
-
-    if not torch.cuda.is_available():
-        _fail("no CUDA GPU is visible; pass --replay DIR to search a recorded dataset on CPU")
+    problem = gpu_problem()
+    if problem is not None:
+        _fail(f"a study without --replay measures on a CUDA GPU and {problem}; pass "
+              "--replay DIR to search a recorded dataset on CPU")
     from costtune.measure.gpu import GpuRunner
 
     return GpuRunner(seed=seed or 0)

@@ -1,8 +1,12 @@
-"""Collection on a Dask cluster: one task per workload, one GPU per worker, one store writer.
+"""Collection on a Dask cluster: one task per workload, one GPU per worker.
 
 Each task (``costtune.collect.dask_task.measure_task``, a plain function) returns a
 workload's rows and its worker's environment; this process appends them as tasks complete,
-so a dying worker loses only the workload it was measuring. Every deployment needs: one GPU
+so a dying worker loses only the workload it was measuring. This process claims each workload
+as it submits it (``Store.claim``) and skips one another collector holds (the summary's
+``busy_workloads``), so two collections on one store never measure a workload twice. Resume is
+per GPU model: the workers' (``gpu``, or asked from the workers; the replay runner resumes on
+any GPU's rows). Every deployment needs: one GPU
 per worker (``CUDA_VISIBLE_DEVICES``, ``--resources GPU=1``) and non-daemonic workers
 (``DASK_DISTRIBUTED__WORKER__DAEMON=False``) so the precompile pool can start; a daemonic
 worker compiles serially and the summary warns.
@@ -24,7 +28,7 @@ import pandas as pd
 
 from costtune.build.errors import error_text
 from costtune.collect.dask_task import GPU_RESOURCE, RUNNERS, ShutdownCompilePool, measure_task
-from costtune.collect.plan import plan_workloads, spread_order
+from costtune.collect.plan import plan_workloads, spread_order, still_needed
 from costtune.types import Measurement, Status, Workload
 
 ORDERS = ("spread", "given")
@@ -39,6 +43,7 @@ def collect_dask(workloads: list[Workload], store, *, scheduler: Any = None,
                  compile_workers: int | None = None, worker_env: dict[str, str] | None = None,
                  time_budget_s: float | None = None, replay_delay_s: float = 0.0,
                  meta: dict[str, Any] | None = None, order: str = "spread",
+                 gpu: str | None = None,
                  progress: Callable[[Workload, Measurement | None, int], None] | None = None,
                  on_stored: Callable[[Workload, list[dict]], None] | None = None
                  ) -> dict[str, Any]:
@@ -52,7 +57,8 @@ def collect_dask(workloads: list[Workload], store, *, scheduler: Any = None,
     DataFrame) instead of a GPU; ``replay_delay_s`` (replay only) sleeps in each task.
     ``time_budget_s``: submit no new workload after this many seconds. ``order``: "spread"
     (biggest first, kernels in turn: ``costtune.collect.plan.spread_order``) or "given" (the
-    order of ``workloads``; one worker measures them in exactly that order).
+    order of ``workloads``; one worker measures them in exactly that order). ``gpu``: the GPU
+    model the workers measure on, for resume (default: asked from the workers; they must agree).
 
     >>> import costtune, tempfile
     >>> from costtune.store.dataset import Store
@@ -66,38 +72,95 @@ def collect_dask(workloads: list[Workload], store, *, scheduler: Any = None,
                    replay_delay_s=replay_delay_s, scheduler=scheduler, gpus=gpus,
                    worker_env=worker_env)
     t0 = time.perf_counter()
-    todo, skipped = plan_workloads(workloads, store, max_configs=max_configs, seed=seed)
     summary: dict[str, Any] = {
-        "workloads": 0, "configs": 0, "ok": 0, "failed": 0, "skipped_workloads": skipped,
-        "stopped_early": False, "seconds": 0.0, "startup_s": 0.0, "errors": [],
-        "failed_workloads": [], "not_measured": 0, "workers": {}, "warnings": []}
+        "workloads": 0, "configs": 0, "ok": 0, "failed": 0, "skipped_workloads": 0,
+        "busy_workloads": [], "stopped_early": False, "seconds": 0.0, "startup_s": 0.0,
+        "errors": [], "failed_workloads": [], "not_measured": 0, "workers": {}, "warnings": []}
+    plan = functools.partial(plan_workloads, workloads, store, max_configs=max_configs,
+                             seed=seed)
+    ask_workers = runner == "gpu" and gpu is None
+    todo, summary["skipped_workloads"] = plan(gpu=gpu) if not ask_workers else ([None], 0)
     if not todo:
         summary["seconds"] = time.perf_counter() - t0
         return summary
-    replay_rows = _replay_rows(replay_dataset, todo) if runner == "replay" else {}
-    source = {"replay_source": "DataFrame" if isinstance(replay_dataset, pd.DataFrame)
-              else str(replay_dataset)} if runner == "replay" else {}
     task_kw = {"runner": runner, "reps": reps, "seed": seed, "replay_delay_s": replay_delay_s,
                "extra": {"suite": suite}, "compile_workers": compile_workers}
     devices = _local_devices(gpus, runner) if scheduler is None else []
     if scheduler is None and compile_workers is None and runner == "gpu":
         task_kw["compile_workers"] = max(1, len(os.sched_getaffinity(0)) // len(devices))
-    by_gpu: dict[str, list[tuple[float, float, str]]] = {}
-
-    store_rows = functools.partial(_store_rows, store=store, summary=summary, by_gpu=by_gpu,
+    source = {"replay_source": "DataFrame" if isinstance(replay_dataset, pd.DataFrame)
+              else str(replay_dataset)} if runner == "replay" else {}
+    store_rows = functools.partial(_store_rows, store=store, summary=summary, by_gpu={},
                                    meta={**(meta or {}), **source}, progress=progress,
                                    on_stored=on_stored)
-
     t_start = time.perf_counter()
     with _connect(scheduler, devices=devices, worker_env=worker_env, retries=retries) as client:
         summary["startup_s"] = time.perf_counter() - t_start
-        if runner == "gpu":
-            client.register_plugin(ShutdownCompilePool(), name="costtune-compile-pool")
-        _run(client, todo if order == "given" else spread_order(todo), task_kw, replay_rows,
-             retries=retries, t0=t0, time_budget_s=time_budget_s, store_rows=store_rows,
-             summary=summary)
+        if ask_workers:
+            gpu = _worker_gpu(client)
+            todo, summary["skipped_workloads"] = plan(gpu=gpu)
+        if todo:
+            replay_rows = _replay_rows(replay_dataset, todo) if runner == "replay" else {}
+            if runner == "gpu":
+                client.register_plugin(ShutdownCompilePool(), name="costtune-compile-pool")
+            claims = _Claims(store, gpu=gpu if runner == "gpu" else None, summary=summary)
+            try:
+                _run(client, todo if order == "given" else spread_order(todo), task_kw,
+                     replay_rows, retries=retries, t0=t0, time_budget_s=time_budget_s,
+                     store_rows=store_rows, summary=summary, claims=claims)
+            finally:
+                claims.release_all()
     summary["seconds"] = time.perf_counter() - t0
     return summary
+
+
+class _Claims:
+    """The workloads this collection holds (``Store.claim``): taken at submission, released
+    once the workload's rows are stored or its task failed."""
+
+    def __init__(self, store, *, gpu: str | None, summary: dict[str, Any]) -> None:
+        self.store, self.gpu, self.summary = store, gpu, summary
+        self.held: dict[str, Any] = {}
+
+    def take(self, w: Workload, configs: list) -> list | None:
+        """The configs still to measure once ``w`` is claimed; None when another collector
+        holds it (reported busy) or stored it meanwhile (counted skipped)."""
+        lock = self.store.claim(w.kernel, w.id, gpu=self.gpu)
+        if lock is None:
+            self.summary["busy_workloads"].append(w.id)
+            return None
+        configs = still_needed(self.store, w, configs, gpu=self.gpu)
+        if not configs:
+            lock.release()
+            self.summary["skipped_workloads"] += 1
+            return None
+        self.held[w.id] = lock
+        return configs
+
+    def release(self, w: Workload) -> None:
+        lock = self.held.pop(w.id, None)
+        if lock is not None:
+            lock.release()
+
+    def release_all(self) -> None:
+        for wid in list(self.held):
+            self.held.pop(wid).release()
+
+
+def _worker_gpu(client) -> str | None:
+    """The GPU model of the cluster's workers (None when none sees a GPU: their tasks fail
+    and say why); ValueError when they differ (one collection resumes one GPU model)."""
+    names = {n for n in client.run(_visible_gpu_name).values() if n}
+    if len(names) > 1:
+        raise ValueError(f"the workers measure on different GPU models {sorted(names)}; run one "
+                         "collection per model (or pass gpu=)")
+    return names.pop() if names else None
+
+
+def _visible_gpu_name() -> str | None:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
 def _check_options(*, runner: str, order: str, replay_dataset: Any, replay_delay_s: float,
@@ -132,7 +195,7 @@ def _store_rows(w: Workload, out: dict[str, Any], address: str, *, store, summar
     if not rows:
         return
     store.append(rows, meta={**part_meta, **meta, "workload": w.id, "collector": "dask",
-                             "dask_scheduler": address})
+                             "dask_scheduler": address}, existing="skip")
     n_ok = sum(r["status"] == Status.OK.value for r in rows)
     summary["workloads"] += 1
     summary["configs"] += len(rows)
@@ -147,7 +210,7 @@ def _store_rows(w: Workload, out: dict[str, Any], address: str, *, store, summar
 
 
 def _run(client, todo, task_kw, replay_rows, *, retries, t0, time_budget_s, store_rows,
-         summary) -> None:
+         summary, claims: _Claims) -> None:
     from distributed import as_completed
 
     _gpu_slots(client, check=True)
@@ -157,15 +220,20 @@ def _run(client, todo, task_kw, replay_rows, *, retries, t0, time_budget_s, stor
     done = as_completed()
 
     def submit_next() -> None:
-        priority = len(pending)  # Dask runs higher priorities first: the earlier, the higher
-        w, configs = pending.pop(0)
-        rows = replay_rows.get(w.id) if task_kw["runner"] == "replay" else None
-        fut = client.submit(measure_task, w, configs, **task_kw, replay_rows=rows,
-                            key=f"costtune-{w.id}-{uuid.uuid4().hex[:8]}",
-                            resources={GPU_RESOURCE: 1}, retries=retries,
-                            priority=priority, pure=False)
-        futures[fut] = w
-        done.add(fut)
+        while pending:  # the next workload no other collector holds
+            priority = len(pending)  # Dask runs higher priorities first: earlier is higher
+            w, configs = pending.pop(0)
+            configs = claims.take(w, configs)
+            if configs is None:
+                continue
+            rows = replay_rows.get(w.id) if task_kw["runner"] == "replay" else None
+            fut = client.submit(measure_task, w, configs, **task_kw, replay_rows=rows,
+                                key=f"costtune-{w.id}-{uuid.uuid4().hex[:8]}",
+                                resources={GPU_RESOURCE: 1}, retries=retries,
+                                priority=priority, pure=False)
+            futures[fut] = w
+            done.add(fut)
+            return
 
     def over_budget() -> bool:
         return time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
@@ -184,6 +252,7 @@ def _run(client, todo, task_kw, replay_rows, *, retries, t0, time_budget_s, stor
             err = error_text(err) if isinstance(err, BaseException) else err
             summary["failed_workloads"].append(w.id)
             summary["errors"].append(f"{w.id}: {err} (retries={retries}; rerun to resume)")
+        claims.release(w)
         fut.release()
         if pending and over_budget():
             summary["stopped_early"] = True

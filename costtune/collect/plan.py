@@ -63,19 +63,29 @@ def workload_configs(workload: Workload, *, max_configs: int | None = None,
 
 
 def plan_workloads(workloads: list[Workload], store, *, max_configs: int | None = None,
-                   seed: int = 0) -> tuple[list[tuple[Workload, list[Config]]], int]:
-    """(workload, configs not yet stored) for each workload with work left, and how many had
-    none (resume). Duplicate workloads count once."""
+                   seed: int = 0, gpu: str | None = None
+                   ) -> tuple[list[tuple[Workload, list[Config]]], int]:
+    """(workload, configs not yet stored for GPU model ``gpu``) for each workload with work
+    left, and how many had none (resume). ``gpu=None``: stored on any GPU counts. Duplicate
+    workloads count once."""
     unique = list(dict.fromkeys(workloads))
     kernel_done: dict[str, set] = {}
     todo = []
     for w in unique:
-        done = kernel_done.setdefault(w.kernel, store.measured_keys(w.kernel))
+        done = kernel_done.setdefault(w.kernel, store.measured_keys(w.kernel, gpu=gpu))
         configs = [c for c in workload_configs(w, max_configs=max_configs, seed=seed)
                    if (w.id, c.key) not in done]
         if configs:
             todo.append((w, configs))
     return todo, len(unique) - len(todo)
+
+
+def still_needed(store, workload: Workload, configs: list[Config], *,
+                 gpu: str | None) -> list[Config]:
+    """``configs`` not stored yet, read again now (another collector may have stored some
+    since the plan was made)."""
+    done = store.measured_keys(workload.kernel, gpu=gpu)
+    return [c for c in configs if (workload.id, c.key) not in done]
 
 
 def spread_order(todo: list[tuple[Workload, list[Config]]]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +30,7 @@ from costtune.features.static import (
 )
 
 KEY_COLUMNS = ["workload", "config"]
+_BATCH_ROWS = 512
 META_KEY = b"costtune_features"
 
 __all__ = ["COMPILED_FEATURES", "KEY_COLUMNS", "STATIC_FEATURES", "classify_error",
@@ -60,10 +62,14 @@ def feature_table(df: pd.DataFrame, *, compiled: bool = True, arch: int = 90,
 def compute_features(dataset: str | os.PathLike | pd.DataFrame, *,
                      out: str | os.PathLike | None = None, compiled: bool = True,
                      arch: int = 90, workers: int | None = None, num_sms: int = NUM_SMS,
-                     cache_dir: str | os.PathLike | None = None) -> pd.DataFrame:
+                     cache_dir: str | os.PathLike | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """Feature table of a dataset (a store root, kernel folder, part file or DataFrame), written
     as parquet to ``out`` (default ``<dataset root>/features.parquet``; a DataFrame input is
-    written only when ``out`` is given). The CLI's ``costtune features --dataset DIR``."""
+    written only when ``out`` is given). The CLI's ``costtune features --dataset DIR``.
+
+    ``progress(done, total)`` is called as batches of whole workloads finish (shared compiles
+    across batches come from the compile-record cache)."""
     if isinstance(dataset, pd.DataFrame):
         df, default_out = dataset, None
     else:
@@ -72,14 +78,37 @@ def compute_features(dataset: str | os.PathLike | pd.DataFrame, *,
         path = Path(dataset)
         df = load_dataset(path)
         default_out = (path if path.is_dir() else path.parent) / "features.parquet"
-    table = feature_table(df, compiled=compiled, arch=arch, num_sms=num_sms, workers=workers,
-                          cache_dir=cache_dir)
+    table = _in_batches(df, progress, compiled=compiled, arch=arch, num_sms=num_sms,
+                        workers=workers, cache_dir=cache_dir)
     target = Path(out) if out is not None else default_out
     if target is not None:
         _write(table, target, meta={"static": STATIC_FEATURES,
                                     "compiled": COMPILED_FEATURES if compiled else [],
                                     "arch": arch, "num_sms": num_sms, **_versions()})
     return table
+
+
+def _in_batches(df: pd.DataFrame, progress: Callable[[int, int], None] | None,
+                **options) -> pd.DataFrame:
+    if progress is None:
+        return feature_table(df, **options)
+    keys = df.drop_duplicates(KEY_COLUMNS)
+    batches, batch = [], []
+    for _, group in keys.groupby("workload", sort=False):
+        batch.append(group)
+        if sum(len(g) for g in batch) >= _BATCH_ROWS:
+            batches.append(pd.concat(batch))
+            batch = []
+    batches += [pd.concat(batch)] if batch else []
+    tables, done = [], 0
+    progress(0, len(keys))
+    for part in batches:
+        tables.append(feature_table(part, **options))
+        done += len(part)
+        progress(done, len(keys))
+    if not tables:
+        return feature_table(df, **options)
+    return pd.concat(tables, ignore_index=True)
 
 
 def feature_table_paths(dataset: str | os.PathLike, kernel: str) -> list[Path]:

@@ -25,7 +25,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +41,21 @@ from costtune.model.features import (
     design_matrix,
     feature_names,
 )
+from costtune.model.files import (
+    MODEL_FORMAT,
+    MODEL_SCHEMA_VERSION,
+    ModelSchemaError,
+    is_shipped_name,
+    load_booster,
+)
+from costtune.model.files import model_paths as _model_paths
+from costtune.model.files import resolve as _resolve
 from costtune.types import Config
 
 OBJECTIVES = ("rank:pairwise", "rank:ndcg", "reg:logtime", "reg:relthroughput")
 FAMILY_OPTIONS = (None, "all", "gemm", "softmax", "attention")
-MODEL_SCHEMA_VERSION = 1
-MODEL_FORMAT = "costtune.CostModel"
 _GRADES_PER_OCTAVE = 12
 _TOP_GRADE = 31  # XGBoost's exponential NDCG gain needs labels < 32
-
-
-class ModelSchemaError(ValueError):
-    """A saved model this code cannot use: other file format, schema version or feature list."""
 
 
 class CostModel(BaseEstimator):
@@ -235,6 +238,8 @@ class CostModel(BaseEstimator):
     # -------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``<path>.json`` (metadata) and ``<path>.ubj`` (booster); returns the JSON path.
+        The two belong together by their stem (``costtune.model.files``): a copied or renamed
+        pair loads its own booster.
 
         The JSON holds the schema version, params, feature list, families, GPU, triton version,
         training data hash and per-family training shape ranges (log2 min/max).
@@ -277,10 +282,10 @@ class CostModel(BaseEstimator):
     @classmethod
     def load(cls, path_or_name: str | os.PathLike) -> CostModel:
         """Load a saved model: a path (``.json``, ``.ubj`` or no suffix) or a shipped name such
-        as ``"h200"`` (``costtune/models/h200.json``). Raises ``ModelSchemaError`` for a file
-        made for another schema or feature list, ``FileNotFoundError`` when absent."""
-        import xgboost as xgb
-
+        as ``"h200"`` (``costtune/models/h200.json``; then the user's models, see
+        ``costtune.model.files``). Raises ``ModelSchemaError`` for a file made for another
+        schema or feature list or a missing or unreadable booster (``<stem>.ubj`` beside the
+        JSON), ``FileNotFoundError`` when the JSON is absent."""
         json_path, _ = _resolve(path_or_name)
         try:
             meta = json.loads(json_path.read_text())
@@ -288,9 +293,7 @@ class CostModel(BaseEstimator):
             raise ModelSchemaError(f"{json_path}: not a JSON model file ({e})") from e
         _check_meta(json_path, meta)
         model = cls(**meta["params"])
-        booster = xgb.Booster()
-        booster.load_model(str(json_path.with_name(meta["booster"])))
-        model.booster_ = booster
+        model.booster_ = load_booster(json_path)
         model.feature_names_ = list(meta["feature_names"])
         model.families_ = list(meta["families"])
         model.gpu_ = meta.get("gpu")
@@ -329,27 +332,6 @@ def _check_meta(path: Path, meta: Any) -> None:
                                f"{detail}; retrain the model")
 
 
-def _model_paths(path: str | os.PathLike) -> tuple[Path, Path]:
-    p = Path(path)
-    if p.suffix in (".json", ".ubj"):
-        p = p.with_suffix("")
-    return p.with_name(p.name + ".json"), p.with_name(p.name + ".ubj")
-
-
-def _resolve(path_or_name: str | os.PathLike) -> tuple[Path, Path]:
-    text = str(path_or_name)
-    json_path, ubj_path = _model_paths(text)
-    if json_path.exists():
-        return json_path, ubj_path
-    if is_shipped_name(text):
-        shipped = Path(str(resources.files("costtune") / "models" / f"{text}.json"))
-        if shipped.exists():
-            return shipped, shipped.with_suffix(".ubj")
-        raise FileNotFoundError(f"no model file {json_path} and no shipped model named "
-                                f"{text!r} ({shipped})")
-    raise FileNotFoundError(f"no model file {json_path}")
-
-
 def dataset_hash(data: pd.DataFrame) -> str:
     """Order-independent hash of (workload, config, status, time_ms): which data trained a model.
 
@@ -383,9 +365,3 @@ def _version(package: str) -> str | None:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
-
-
-def is_shipped_name(path_or_name: str | os.PathLike) -> bool:
-    """A bare name such as ``"h200"`` (no folder, no suffix), looked up in costtune/models."""
-    text = os.fspath(path_or_name)
-    return os.sep not in text and "/" not in text and not os.path.splitext(text)[1]

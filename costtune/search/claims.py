@@ -1,5 +1,4 @@
-"""Shared storage: ``open_storage``, and claims: which trial measures a config when several
-workers share one Optuna storage.
+"""Claims: which trial measures a config when several workers share one Optuna storage.
 
 Before measuring, a trial claims its config by creating a trial in a companion study named
 ``<study>:claims`` that holds the config key and the claiming trial's id. Optuna's storages
@@ -10,16 +9,17 @@ lowest-numbered claim of a config wins: exactly one winner per election, and no 
 window in which two workers could both decide to measure.
 
 A loser waits for the winner's trial to finish and reuses its result. If that trial fails, or
-stays RUNNING past ``timeout`` (a killed worker; with an RDB heartbeat Optuna marks such trials
-failed sooner), a new election (``attempt + 1``) picks the next worker to measure it.
+its worker is dead (``costtune.search.shared.fail_dead``: at once for a worker of this host,
+after the heartbeat's grace period for one elsewhere), or it stays RUNNING past ``timeout`` (a
+storage without heartbeats), a new election (``attempt + 1``) picks the next worker to measure
+it. The storage itself is opened by ``costtune.search.shared.open_storage``.
 """
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 from optuna.exceptions import DuplicatedStudyError
@@ -27,18 +27,14 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from costtune.search.results import is_result
+from costtune.search.shared import fail_dead, open_storage, owner
+
+__all__ = ["ABANDON", "Claims", "Election", "open_storage", "CLAIMS_SUFFIX"]
+
 CLAIMS_SUFFIX = ":claims"
-
-
-def open_storage(storage: str | os.PathLike | BaseStorage | None) -> BaseStorage:
-    """None: in memory; an Optuna storage object or URL (``sqlite:///x.db``,
-    ``postgresql://...``); any other text or path: a SQLite file."""
-    if storage is None or isinstance(storage, BaseStorage):
-        return optuna.storages.get_storage(storage)
-    text = os.fspath(storage)
-    if "://" not in text:
-        text = "sqlite:///" + os.path.abspath(text)
-    return optuna.storages.get_storage(text)
+ABANDON = object()  # the trial itself is another worker's (Optuna's queue popped it twice)
+_DEAD_CHECK_S = 1.0  # how often a waiter looks whether the winner's worker died
 
 
 @dataclass(frozen=True)
@@ -63,7 +59,7 @@ class Claims:
                  worker: str | None = None) -> None:
         self.storage = storage
         self.name = study_name + CLAIMS_SUFFIX
-        self.worker = worker or uuid.uuid4().hex[:12]
+        self.worker = worker or owner()
         try:
             self.study_id = storage.create_new_study([StudyDirection.MINIMIZE], self.name)
         except DuplicatedStudyError:
@@ -77,30 +73,47 @@ class Claims:
             user_attrs={"config": key, "attempt": attempt, "trial_id": trial_id,
                         "worker": self.worker})
         mine = self.storage.create_new_trial(self.study_id, template_trial=claim)
-        rivals = [t for t in self.storage.get_all_trials(self.study_id, deepcopy=False)
+        # Read past Optuna's trial cache: it skips a trial committed after a higher-numbered
+        # one (server databases may commit concurrent inserts out of order).
+        reader = getattr(self.storage, "_backend", self.storage)
+        rivals = [t for t in reader.get_all_trials(self.study_id, deepcopy=False)
                   if t.user_attrs.get("config") == key and t.user_attrs.get("attempt") == attempt]
         first = min(rivals, key=lambda t: t.number)
         return Election(won=first._trial_id == mine, trial_id=int(first.user_attrs["trial_id"]),
                         worker=str(first.user_attrs["worker"]))
 
+    def settle(self, key: str, *, trial_id: int, timeout: float, study: optuna.Study) -> Any:
+        """Elect until decided: None when this trial is to measure ``key``; the finished trial
+        to reuse when another measured it; ``ABANDON`` when the winning claim is this very
+        trial's, made by another worker."""
+        attempt = 0
+        while True:
+            vote = self.elect(key, trial_id=trial_id, attempt=attempt)
+            if vote.won:
+                return None
+            if vote.trial_id == trial_id:
+                return ABANDON
+            done = self.wait(vote.trial_id, timeout=timeout, study=study)
+            if done is not None and is_result(done):
+                return done
+            attempt += 1
+
     def wait(self, trial_id: int, *, timeout: float, study: optuna.Study | None = None
              ) -> FrozenTrial | None:
-        """The main-study trial ``trial_id`` once finished; None if still running after
-        ``timeout`` seconds."""
+        """The main-study trial ``trial_id`` once finished (failed when its worker died, given
+        ``study``); None if still running after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        pause = 0.02
+        pause, checked = 0.02, 0.0
         while True:
             trial = self.storage.get_trial(trial_id)
             if trial.state.is_finished():
                 return trial
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 return None
-            if study is not None and _heartbeat(self.storage):
-                optuna.storages.fail_stale_trials(study)
+            if study is not None and now - checked >= _DEAD_CHECK_S:
+                checked = now
+                if fail_dead(study, trial_id):
+                    continue
             time.sleep(pause)
-            pause = min(2 * pause, 1.0)
-
-
-def _heartbeat(storage: BaseStorage) -> bool:
-    check = getattr(storage, "is_heartbeat_enabled", None)
-    return bool(check and check())
+            pause = min(2 * pause, 0.5)

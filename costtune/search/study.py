@@ -31,20 +31,23 @@ trials and sets TPE/GP's random startup to those trials; ``prior=model`` draws t
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage, InMemoryStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from costtune.model.registry import load_model, rank_configs
-from costtune.search.claims import Claims, open_storage
+from costtune.search.claims import ABANDON, Claims
 from costtune.search.encoding import SpaceEncoding
+from costtune.search.results import INVALID, SearchResult, TrialRecord, is_result
 from costtune.search.samplers import (
     CONSTRAINT_SAMPLERS,
     SAMPLERS,
@@ -52,51 +55,26 @@ from costtune.search.samplers import (
     make_sampler,
     mark_infeasible,
 )
+from costtune.search.shared import (
+    GRACE_S,
+    HEARTBEAT_S,
+    OWNER_ATTR,
+    ask,
+    ask_lock,
+    beating,
+    fail_dead,
+    open_storage,
+    owner,
+    rescue,
+)
 from costtune.space.config_space import ConfigSpace
 from costtune.types import Config, Status, Workload
 
 __all__ = ["ConfigStudy", "SearchResult", "SpaceEncoding", "TrialRecord", "search", "SAMPLERS",
            "INVALID", "open_storage"]
 
-INVALID = "invalid"  # status of a proposal outside the space's constraints (never run)
-_ABANDON = object()  # another worker runs this very trial (Optuna's queue popped it twice)
 _ERROR_CHARS = 500
 _MAX_PROPOSALS_PER_TRIAL = 50
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    """One finished trial: ``status`` is ``ok``, a failure status, or ``invalid``."""
-
-    number: int
-    config: str
-    status: str
-    time_ms: float = float("nan")
-    cached: bool = False
-    source: str = "sampler"  # warm_start | prior | sampler
-
-
-@dataclass
-class SearchResult:
-    """What ``ConfigStudy.optimize`` did, and the study's best config (over all its trials:
-    earlier sessions and other workers included)."""
-
-    workload: Workload
-    study_name: str
-    best_config: Config | None
-    best_time_ms: float
-    n_proposals: int  # trials this run finished: measured, invalid and cached ones
-    n_measured: int  # configs this run sent to the runner (the trials that count)
-    history: list[float] = field(default_factory=list)  # best OK time after each measurement
-    trials: list[TrialRecord] = field(default_factory=list)
-    stopped: str = "n_trials"  # n_trials | target | exhausted | proposals
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"workload": self.workload.id, "study_name": self.study_name,
-                "best_config": None if self.best_config is None else self.best_config.as_dict(),
-                "best_config_key": None if self.best_config is None else self.best_config.key,
-                "best_time_ms": self.best_time_ms, "trials_run": self.n_measured,
-                "proposals": self.n_proposals, "stopped": self.stopped}
 
 
 class ConfigStudy:
@@ -106,7 +84,10 @@ class ConfigStudy:
     (``ReplayRunner`` on CPU, ``GpuRunner`` on a GPU). ``space`` defaults to the family's
     ``config_space(problem)``. ``sampler``: one of ``SAMPLERS``; ``sampler_options`` go to its
     constructor. ``warm_start`` / ``prior``: a ``CostModel`` (or a saved model's path or
-    name). ``claim_timeout``: seconds to wait for another worker measuring the same config.
+    name). Shared storages (see ``costtune.search.shared``): trials beat every ``heartbeat_s``
+    seconds and count as dead after ``grace_s`` without a beat (a dead worker of this host at
+    once); ``claim_timeout``: seconds to wait for another worker measuring the same config when
+    the storage has no heartbeat.
 
     >>> import costtune
     >>> runner = costtune.ReplayRunner(costtune.load_dataset("datasets/h200",
@@ -124,7 +105,8 @@ class ConfigStudy:
                  study_name: str | None = None, warm_start: Any = None, n_warm: int = 8,
                  prior: Any = None, n_prior: int = 16, temperature: float = 4.0,
                  sampler_options: dict[str, Any] | None = None,
-                 claim_timeout: float = 600.0) -> None:
+                 claim_timeout: float = 600.0, heartbeat_s: int | None = HEARTBEAT_S,
+                 grace_s: int | None = GRACE_S) -> None:
         if not hasattr(runner, "measure"):
             raise ValueError(f"runner must have measure(workload, configs); got {runner!r}")
         if n_warm < 0 or n_prior < 0:
@@ -158,14 +140,19 @@ class ConfigStudy:
         self.sampler_name = sampler
         # Only TPE and GP read trial constraints (CMA-ES warns that it ignores them).
         self._constraints = sampler in CONSTRAINT_SAMPLERS
-        self.storage = open_storage(storage)
+        self.storage = open_storage(storage, heartbeat_s=heartbeat_s, grace_s=grace_s)
         self.study = optuna.create_study(storage=self.storage, sampler=chosen,
                                          study_name=study_name, direction="minimize",
                                          load_if_exists=True)
-        self._check_workload()
+        with ask_lock(self.storage):
+            self._check_workload()
         # One process owns an in-memory storage: no other worker can measure behind our back.
         self._shared = not isinstance(self.storage, InMemoryStorage)
-        self._claims = Claims(self.storage, self.study.study_name) if self._shared else None
+        self._owner = owner()
+        self._claims = (Claims(self.storage, self.study.study_name, worker=self._owner)
+                        if self._shared else None)
+        if self._shared:  # trials a killed earlier run left RUNNING
+            fail_dead(self.study)
         self._known: dict[str, FrozenTrial] = {}
         self._refresh()
         self._rng = np.random.default_rng(seed)
@@ -203,7 +190,7 @@ class ConfigStudy:
         states = (TrialState.COMPLETE, TrialState.PRUNED)
         for t in self.study.get_trials(deepcopy=False, states=states):
             key = t.user_attrs.get("config")
-            if key is not None and _is_result(t):
+            if key is not None and is_result(t):
                 self._known.setdefault(key, t)
 
     @property
@@ -212,15 +199,16 @@ class ConfigStudy:
         return len(self._known) >= self.n_configs
 
     # ---------------------------------------------------------------------------- running
-    def optimize(self, n_trials: int, *, patience: int = 8,
-                 target_ms: float | None = None) -> SearchResult:
+    def optimize(self, n_trials: int, *, patience: int = 8, target_ms: float | None = None,
+                 progress: Callable[[TrialRecord], None] | None = None) -> SearchResult:
         """Measure up to ``n_trials`` new configs (fewer once the space is exhausted, or once a
         config at least as fast as ``target_ms`` is found).
 
         After ``patience`` proposals in a row that measured nothing new (invalid, or already
         measured), or at once when a proposal repeats a config the study has seen (the sampler
         is stuck or has converged), the next trial is a repair: the valid unmeasured config
-        nearest (L1 over parameter indices) to the last proposal.
+        nearest (L1 over parameter indices) to the last proposal. ``progress`` is called with
+        each finished trial's record.
         """
         if n_trials < 0 or patience < 1:
             raise ValueError(f"need n_trials >= 0 and patience >= 1, got {n_trials}, {patience}")
@@ -246,6 +234,8 @@ class ConfigStudy:
             proposals += 1
             if record is not None:
                 records.append(record)
+                if progress is not None:
+                    progress(record)
                 if record.status == Status.OK.value:
                     best = min(best, record.time_ms)
             # A config the study has seen before means the sampler is stuck there: repair now.
@@ -253,6 +243,8 @@ class ConfigStudy:
             if new:
                 measured += 1
                 history.append(best if best < math.inf else math.nan)
+        if self._shared:
+            fail_dead(self.study)
         best_config, best_time = self.best()
         return SearchResult(self.workload, self.study.study_name, best_config, best_time,
                             n_proposals=len(records), n_measured=measured, history=history,
@@ -268,8 +260,22 @@ class ConfigStudy:
 
     def step(self) -> tuple[TrialRecord | None, bool]:
         """Ask one trial and finish it: (record, whether the runner measured it). The record is
-        None when another worker turned out to run the same queued trial."""
-        trial = self.study.ask()
+        None when another worker turned out to run the same queued trial. The trial never stays
+        RUNNING: an exception fails it."""
+        trial = ask(self.study)
+        with beating(self.storage, trial._trial_id):
+            try:
+                if self._shared:
+                    trial.set_user_attr(OWNER_ATTR, self._owner)
+                return self._run(trial)
+            except UpdateFinishedTrialError:  # another worker finished this very trial
+                return None, False
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+                raise
+
+    def _run(self, trial: Trial) -> tuple[TrialRecord | None, bool]:
         values = self.encoding.suggest(trial)
         self._last = values
         config = Config.from_dict(values)
@@ -287,18 +293,10 @@ class ConfigStudy:
                 mark_infeasible(trial, violated)
             return self._tell(trial, attrs, TrialState.PRUNED), False
         hit = self._lookup(key, trial)
-        attempt = 0
-        while hit is None and self._claims is not None:
-            vote = self._claims.elect(key, trial_id=trial._trial_id, attempt=attempt)
-            if vote.won:
-                break
-            if vote.trial_id == trial._trial_id:
-                return None, False
-            done = self._claims.wait(vote.trial_id, timeout=self.claim_timeout, study=self.study)
-            if done is not None and _is_result(done):
-                hit = done
-            attempt += 1
-        if hit is _ABANDON:
+        if hit is None and self._claims is not None:
+            hit = self._claims.settle(key, trial_id=trial._trial_id, timeout=self.claim_timeout,
+                                      study=self.study)
+        if hit is ABANDON:
             return None, False
         if hit is not None:
             return self._reuse(trial, attrs, hit), False
@@ -310,7 +308,7 @@ class ConfigStudy:
             self._refresh()
             hit = self._known.get(key)
         if hit is not None and hit.number == trial.number:
-            return _ABANDON
+            return ABANDON  # another worker runs this very trial (popped twice from the queue)
         return hit
 
     def _measure(self, trial: Trial, config: Config, attrs: dict[str, Any]) -> TrialRecord:
@@ -318,16 +316,30 @@ class ConfigStudy:
             m = self.runner.measure(self.workload, [config])[0]
         except BaseException as exc:
             attrs.update(status="error", error=f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS])
-            self._tell(trial, attrs, TrialState.FAIL)
+            with contextlib.suppress(UpdateFinishedTrialError):
+                self._tell(trial, attrs, TrialState.FAIL)
             raise
         attrs["status"] = m.status.value
         ok = m.status == Status.OK and math.isfinite(m.time_ms)
         if not ok and m.error:
             attrs["error"] = m.error[:_ERROR_CHARS]
-        record = self._tell(trial, attrs, TrialState.COMPLETE if ok else TrialState.PRUNED,
-                            m.time_ms if ok else None)
+        state = TrialState.COMPLETE if ok else TrialState.PRUNED
+        value = m.time_ms if ok else None
+        try:
+            record = self._tell(trial, attrs, state, value)
+        except UpdateFinishedTrialError:
+            record = None
+        if record is None:  # failed as dead while measuring: keep the measurement anyway
+            record = self._rescue(trial, attrs, state, value)
         self._known.setdefault(config.key, self._last_frozen)
         return record
+
+    def _rescue(self, trial: Trial, attrs: dict[str, Any], state: TrialState,
+                value: float | None) -> TrialRecord:
+        self._last_frozen = rescue(self.study, trial, attrs, state=state, value=value)
+        return TrialRecord(self._last_frozen.number, attrs["config"], attrs["status"],
+                           float("nan") if value is None else float(value),
+                           source=attrs["source"])
 
     def _reuse(self, trial: Trial, attrs: dict[str, Any], hit: FrozenTrial) -> TrialRecord:
         attrs.update(status=hit.user_attrs.get("status", Status.OK.value), cached=True,
@@ -337,14 +349,18 @@ class ConfigStudy:
         return self._tell(trial, attrs, TrialState.PRUNED)
 
     def _tell(self, trial: Trial, attrs: dict[str, Any], state: TrialState,
-              value: float | None = None) -> TrialRecord:
+              value: float | None = None) -> TrialRecord | None:
+        """Finish ``trial``; None when another worker finished it first."""
         for name, v in attrs.items():
             # Each attribute is one storage write: skip what the trial already holds (the
             # source of enqueued trials) and the default source.
             if trial.user_attrs.get(name) != v and (name, v) != ("source", "sampler"):
                 trial.set_user_attr(name, v)
-        self._last_frozen = self.study.tell(trial, value if state == TrialState.COMPLETE
-                                            else None, state=state)
+        frozen = self.study.tell(trial, value if state == TrialState.COMPLETE else None,
+                                 state=state, skip_if_finished=True)
+        if frozen.state != state:
+            return None
+        self._last_frozen = frozen
         return TrialRecord(trial.number, attrs["config"], attrs["status"],
                            float("nan") if value is None else float(value),
                            cached=bool(attrs.get("cached", False)), source=attrs["source"])
@@ -381,12 +397,3 @@ def search(workload: Workload, runner: Any, *, n_trials: int = 32, patience: int
         raise ValueError(f"unknown option(s) {unknown}; ConfigStudy takes {sorted(accepted)}")
     study = ConfigStudy(workload, runner, **options)
     return study.optimize(n_trials, patience=patience, target_ms=target_ms)
-
-
-def _is_result(trial: FrozenTrial) -> bool:
-    """A trial whose config was measured (now or by an earlier trial): OK or a failure."""
-    if trial.state == TrialState.COMPLETE:
-        return True
-    status = trial.user_attrs.get("status")
-    return trial.state == TrialState.PRUNED and status not in (None, INVALID, "error")
-

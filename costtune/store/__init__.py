@@ -1,4 +1,5 @@
-"""The measurement store: append-only parquet parts with environment metadata.
+"""The measurement store: append-only parquet parts with environment metadata, a writer lock
+and collectors' claims (``locks``), row checks at append (``checks``).
 """
 
 from __future__ import annotations
@@ -7,7 +8,8 @@ from costtune._lazy import lazy_exports
 
 _EXPORTS = {
     "Store": "costtune.store.dataset",
-    "StoreError": "costtune.store.dataset",
+    "StoreError": "costtune.store.parts",
+    "StoreWarning": "costtune.store.parts",
     "load_dataset": "costtune.store.dataset",
 }
 

@@ -1,46 +1,68 @@
 """The dataset: append-only parquet parts, one folder per kernel family, with environment metadata.
 
-Layout: ``<root>/<kernel>/part-<UTC timestamp>-<short uuid>.parquet``. A part is written whole
-(temp file, fsync, rename), so a killed collector loses at most the part it was writing; the
-stray ``*.tmp`` it leaves is never loaded. Each part's parquet schema metadata holds, under
-``b"costtune"``, a JSON dict: ``schema_version``, ``kernel`` and the caller's environment.
+Layout: ``<root>/<kernel>/part-<UTC timestamp>-<short uuid>.parquet``; nothing else is loaded (a
+parquet file elsewhere in the tree is reported with a ``StoreWarning``, never merged). A part is
+written once, whole (temp file, fsync, rename), so a killed collector loses at most the part it
+was writing; the ``*.tmp`` it leaves is never loaded and is removed by the next writer once
+older than ``stale_temp_s``. Each part's parquet schema metadata holds, under ``b"costtune"``, a
+JSON dict: ``schema_version``, ``kernel`` and the caller's environment.
 
-Every (workload, config) is stored once: ``append`` refuses a key already stored and ``load``
-raises when two parts hold the same key (unless ``dedupe="last"``).
+Every (GPU, workload, config) is stored once. The GPU is the row's ``gpu`` column, else its
+part's metadata ``gpu``: the same workload measured on another GPU model is new data, not a
+duplicate. ``append`` holds the kernel folder's writer lock (``costtune.store.locks``) while it
+checks the keys already stored and writes, so several processes (on one machine or sharing a
+filesystem) appending the same keys store each key once: the first wins, the others get an
+error, or with ``existing="skip"`` write only what is new. ``load`` raises when two parts hold
+the same key (unless ``dedupe="last"``): that can only come from parts written around the lock.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import time
 import uuid
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from costtune.types import Status
+from costtune.store import locks
+from costtune.store.checks import KEY_COLUMNS, REQUIRED_COLUMNS, check_rows
+from costtune.store.parts import (
+    META_KEY,
+    SCHEMA_VERSION,
+    StoreError,
+    StoreWarning,
+    check_meta,
+    gpu_keys,
+    load_parts,
+    read_part,
+    read_schema,
+    write_atomic,
+)
 
-SCHEMA_VERSION = 1
-META_KEY = b"costtune"
-REQUIRED_COLUMNS = ("kernel", "workload", "dtype", "config", "status", "time_ms")
-KEY_COLUMNS = ("workload", "config")
-_PART_GLOB = "part-*.parquet"
+__all__ = ["Store", "StoreError", "StoreWarning", "load_dataset", "SCHEMA_VERSION",
+           "META_KEY", "REQUIRED_COLUMNS", "KEY_COLUMNS", "BAD_PART_OPTIONS"]
+
+PART_RE = re.compile(r"part-\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{8}\.parquet")
 _RESERVED_META = ("schema_version", "kernel")
-_STORABLE_STATUS = frozenset(s.value for s in Status) - {Status.NOT_MEASURED.value}
-
-
-class StoreError(ValueError):
-    """A part that cannot be trusted: unreadable, wrong schema version, missing fields, or
-    holding a (workload, config) another part also holds. The message names the file(s)."""
+BAD_PART_OPTIONS = ("error", "skip")
+EXISTING_OPTIONS = ("error", "skip")
 
 
 class Store:
     """Append-only parquet dataset under ``root`` (e.g. ``datasets/h200``).
+
+    ``on_bad_part``: "error" (default: an unreadable or foreign part stops ``load`` and
+    ``measured_keys`` with a StoreError naming it) or "skip" (leave it out with a StoreWarning
+    naming it and why). ``lock_timeout``: seconds ``append`` waits for another writer.
+    ``stale_temp_s``: age after which a writer's leftover ``*.tmp`` counts as abandoned.
 
     >>> import tempfile
     >>> store = Store(tempfile.mkdtemp())
@@ -50,23 +72,42 @@ class Store:
     >>> part = store.append([row], meta={"gpu": "NVIDIA H200"})
     >>> store.part_meta(part)["gpu"], len(store.load("gemm"))
     ('NVIDIA H200', 1)
-    >>> store.measured_keys("gemm")
+    >>> store.measured_keys("gemm", gpu="NVIDIA H200")
     {('gemm_M64_N64_K64_float16', 'BLOCK_M=32,num_warps=4,num_stages=3')}
+    >>> store.measured_keys("gemm", gpu="NVIDIA A100")
+    set()
     """
 
-    def __init__(self, root: str | os.PathLike) -> None:
+    def __init__(self, root: str | os.PathLike, *, on_bad_part: str = "error",
+                 lock_timeout: float = 600.0, stale_temp_s: float = 3600.0) -> None:
+        if on_bad_part not in BAD_PART_OPTIONS:
+            raise ValueError(f"on_bad_part must be one of {BAD_PART_OPTIONS}, got "
+                             f"{on_bad_part!r}")
         self.root = Path(root)
-        # (path, mtime_ns, size) -> keys in that part; parts are immutable once renamed in.
-        self._keys_cache: dict[tuple[Path, int, int], set[tuple[str, str]]] = {}
+        self.on_bad_part = on_bad_part
+        self.lock_timeout = float(lock_timeout)
+        self.stale_temp_s = float(stale_temp_s)
+        # (path, mtime_ns, size) -> (gpu, workload, config) keys; parts are write-once.
+        self._keys_cache: dict[tuple[Path, int, int], set[tuple[str, str, str]]] = {}
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
 
+    # ------------------------------------------------------------------------------ layout
     def parts(self, kernel: str | None = None) -> list[Path]:
-        """Part files, oldest first (names start with a UTC timestamp); temp files excluded."""
-        if kernel is not None:
-            return sorted((self.root / kernel).glob(_PART_GLOB))
-        return sorted(self.root.glob(f"*/{_PART_GLOB}"))
+        """Part files of the layout: by kernel folder, then oldest first (names start with a UTC
+        timestamp)."""
+        folders = [self.root / kernel] if kernel is not None else _subdirs(self.root)
+        return sorted(p for f in folders for p in _files(f) if PART_RE.fullmatch(p.name))
+
+    def strays(self) -> list[Path]:
+        """Parquet files in the tree that are not parts of the layout (never loaded): a part
+        at the root, or a file in a kernel folder with another name."""
+        out = [p for p in _files(self.root) if PART_RE.fullmatch(p.name)]
+        for folder in _subdirs(self.root):
+            out += [p for p in _files(folder)
+                    if p.suffix == ".parquet" and not PART_RE.fullmatch(p.name)]
+        return sorted(out)
 
     def kernels(self) -> list[str]:
         """Kernel families that have at least one part."""
@@ -75,215 +116,196 @@ class Store:
     def part_meta(self, path: str | os.PathLike) -> dict[str, Any]:
         """The ``costtune`` metadata dict of one part (schema_version, kernel, environment)."""
         path = Path(path)
-        return _check_meta(path, _read_schema(path))
+        return check_meta(path, read_schema(path))
 
+    # ------------------------------------------------------------------------------ write
     def append(self, rows: Sequence[dict[str, Any]] | pd.DataFrame, *,
-               meta: dict[str, Any]) -> Path | None:
-        """Write ``rows`` (one kernel family) as one new part; return its path (None if empty).
+               meta: dict[str, Any], existing: str = "error") -> Path | None:
+        """Write ``rows`` (one kernel family) as one new part; return its path (None if no row
+        is written).
 
-        ``meta`` is the environment of the run (see ``costtune.env.environment``). Raises
-        ValueError for mixed kernels, missing required columns, statuses that are not
-        storable, or a (workload, config) already in the rows or in the store.
+        ``meta`` is the environment of the run (see ``costtune.env.environment``). Rows are
+        checked first (``costtune.store.checks``: ValueError naming the row and field). A
+        (GPU, workload, config) already stored raises ValueError naming the part that holds
+        it, or with ``existing="skip"`` that row is left out (another process stored it).
         """
+        if existing not in EXISTING_OPTIONS:
+            raise ValueError(f"existing must be one of {EXISTING_OPTIONS}, got {existing!r}")
         df = rows.reset_index(drop=True) if isinstance(rows, pd.DataFrame) else pd.DataFrame(
             list(rows))
         if df.empty:
             return None
-        kernel = _check_rows(df)
+        kernel, df = check_rows(df)
         clash = [k for k in (meta or {}) if k in _RESERVED_META]
         if clash:
             raise ValueError(f"meta may not set {clash}: the store writes them")
-        stored = self._stored_keys(kernel)
-        for key in zip(df["workload"], df["config"], strict=True):
-            if key in stored:
-                raise ValueError(f"(workload, config) {key} is already stored in "
-                                 f"{stored[key]}; collect only keys not in measured_keys()")
         payload = {"schema_version": SCHEMA_VERSION, "kernel": kernel, **(meta or {})}
-        table = pa.Table.from_pandas(df, preserve_index=False)
-        table = table.replace_schema_metadata({
-            **(table.schema.metadata or {}),
-            META_KEY: json.dumps(payload, default=_json_default).encode(),
-        })
         folder = self.root / kernel
-        folder.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        path = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
-        _write_atomic(table, path)
-        return path
+        lock = self._lock(kernel)
+        try:
+            self._clean_temp(folder)
+            stored = self._stored_keys(kernel)
+            keys = list(zip(gpu_keys(df, payload.get("gpu")), df["workload"], df["config"],
+                            strict=True))
+            held = [i for i, key in enumerate(keys) if key in stored]
+            if held and existing == "error":
+                key = keys[held[0]]
+                raise ValueError(f"(workload, config) {key[1:]} on GPU {key[0]!r} is already "
+                                 f"stored in {stored[key]}; pass existing='skip' to store only "
+                                 "new rows")
+            if held:
+                df = df.drop(index=held).reset_index(drop=True)
+                if df.empty:
+                    return None
+            table = pa.Table.from_pandas(df, preserve_index=False)
+            table = table.replace_schema_metadata({
+                **(table.schema.metadata or {}),
+                META_KEY: json.dumps(payload, default=_json_default).encode(),
+            })
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+            path = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
+            write_atomic(table, path)
+            return path
+        finally:
+            lock.release()
 
-    def load(self, kernel: str | None = None, *, dedupe: str | None = None) -> pd.DataFrame:
-        """All rows (or one family's) as a DataFrame, one row per (workload, config).
+    def claim(self, kernel: str, workload: str, *, gpu: str | None):
+        """Claim (workload, GPU model) for measuring: a held lock (``.release()`` it when the
+        rows are stored), or None when another collector holds it now. Released by the OS if
+        this process dies."""
+        path = locks.claim_path(self.root, kernel, workload, gpu)
+        return locks.try_acquire(path, stale_s=self.stale_temp_s)
 
-        ``dedupe="last"`` keeps the newest part's row when two parts hold the same key;
-        by default that raises StoreError naming both files.
+    def clean_temp(self, *, older_than_s: float | None = None) -> list[Path]:
+        """Remove leftover ``*.tmp`` files of killed writers (older than ``older_than_s``,
+        default ``stale_temp_s``: a live writer's temp file is young); returns them."""
+        removed: list[Path] = []
+        for folder in _subdirs(self.root):
+            lock = self._lock(folder.name)
+            try:
+                removed += self._clean_temp(folder, older_than_s)
+            finally:
+                lock.release()
+        return removed
+
+    # ------------------------------------------------------------------------------- read
+    def load(self, kernel: str | None = None, *, dedupe: str | None = None,
+             gpu: str | None = None, on_bad_part: str | None = None) -> pd.DataFrame:
+        """All rows (or one family's) as a DataFrame, one row per (GPU, workload, config).
+
+        ``dedupe="last"`` keeps the newest part's row when two parts hold the same key; by
+        default that raises StoreError naming both files. ``gpu``: only rows measured on that
+        GPU model. ``on_bad_part`` overrides the store's. A missing root raises
+        FileNotFoundError (as ``load_dataset`` does).
         """
-        return _load_parts(self.parts(kernel), dedupe=dedupe)
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"no dataset at {self.root}")
+        self._warn_strays()
+        return load_parts(self.parts(kernel), dedupe=dedupe, gpu=gpu,
+                          on_bad_part=on_bad_part or self.on_bad_part, in_layout=True)
 
-    def measured_keys(self, kernel: str) -> set[tuple[str, str]]:
-        """(workload, config) pairs already stored for ``kernel``: a resumed collection skips
-        them. Failed configs count as measured: their status is the result."""
-        return set(self._stored_keys(kernel))
+    def measured_keys(self, kernel: str, *, gpu: str | None = None) -> set[tuple[str, str]]:
+        """(workload, config) pairs already stored for ``kernel`` on GPU model ``gpu`` (None:
+        on any GPU): a resumed collection skips them. Failed configs count as measured: their
+        status is the result. A missing root holds nothing."""
+        keys = self._stored_keys(kernel)
+        return {(w, c) for g, w, c in keys if gpu is None or g == gpu}
 
-    def _stored_keys(self, kernel: str) -> dict[tuple[str, str], Path]:
-        out: dict[tuple[str, str], Path] = {}
+    # ---------------------------------------------------------------------------- helpers
+    def _lock(self, kernel: str):
+        path = self.root / kernel / locks.WRITER_LOCK
+        try:
+            return locks.acquire(path, timeout=self.lock_timeout, stale_s=self.stale_temp_s)
+        except locks.Timeout:
+            raise StoreError(f"{path}: another writer held the store's lock for over "
+                             f"{self.lock_timeout:.0f} s") from None
+
+    def _clean_temp(self, folder: Path, older_than_s: float | None = None) -> list[Path]:
+        limit = self.stale_temp_s if older_than_s is None else float(older_than_s)
+        now, removed = time.time(), []
+        for tmp in folder.glob("*.tmp"):
+            try:
+                if now - tmp.stat().st_mtime > limit:
+                    tmp.unlink()
+                    removed.append(tmp)
+            except FileNotFoundError:
+                continue
+        return removed
+
+    def _stored_keys(self, kernel: str) -> dict[tuple[str, str, str], Path]:
+        out: dict[tuple[str, str, str], Path] = {}
+        skipped = []
         for path in self.parts(kernel):
-            st = path.stat()
-            cache_key = (path, st.st_mtime_ns, st.st_size)
-            keys = self._keys_cache.get(cache_key)
-            if keys is None:
-                df = _read_part(path, columns=list(KEY_COLUMNS))
-                keys = set(zip(df["workload"], df["config"], strict=True))
-                self._keys_cache[cache_key] = keys
+            try:
+                st = path.stat()
+                cache_key = (path, st.st_mtime_ns, st.st_size)
+                keys = self._keys_cache.get(cache_key)
+                if keys is None:
+                    df, meta = read_part(path, columns=[*KEY_COLUMNS, "gpu"], in_layout=True)
+                    keys = set(zip(gpu_keys(df, meta.get("gpu")), df["workload"],
+                                   df["config"], strict=True))
+                    self._keys_cache[cache_key] = keys
+            except StoreError as exc:
+                if self.on_bad_part == "error":
+                    raise
+                skipped.append(str(exc))
+                continue
             out.update(dict.fromkeys(keys, path))
+        if skipped:
+            warnings.warn(f"skipped {len(skipped)} bad part(s): " + "; ".join(skipped),
+                          StoreWarning, stacklevel=3)
         return out
+
+    def _warn_strays(self) -> None:
+        strays = self.strays()
+        if strays:
+            warnings.warn(f"{len(strays)} parquet file(s) outside the store's layout "
+                          f"(<root>/<kernel>/part-*.parquet) not loaded: "
+                          + ", ".join(map(str, strays)), StoreWarning, stacklevel=3)
 
 
 def load_dataset(path: str | os.PathLike, *, kernel: str | None = None,
-                 dedupe: str | None = None) -> pd.DataFrame:
-    """Load a store root, one kernel folder, or one part file; one row per (workload, config).
+                 dedupe: str | None = None, gpu: str | None = None,
+                 on_bad_part: str = "error") -> pd.DataFrame:
+    """Load a store root, one kernel folder, or one part file; one row per (GPU, workload,
+    config). ``gpu``: only rows of that GPU model; ``on_bad_part="skip"`` leaves unreadable
+    parts out (with a StoreWarning naming them). A missing path raises FileNotFoundError.
 
     >>> import costtune, tempfile
     >>> costtune.load_dataset(tempfile.mkdtemp()).empty
     True
     """
     path = Path(path)
+    if on_bad_part not in BAD_PART_OPTIONS:
+        raise ValueError(f"on_bad_part must be one of {BAD_PART_OPTIONS}, got {on_bad_part!r}")
     if path.is_file():
-        parts = [path]
+        df = load_parts([path], dedupe=dedupe, gpu=gpu, on_bad_part=on_bad_part)
     elif path.is_dir():
-        parts = sorted(path.glob(_PART_GLOB))
-        if not parts:  # a store root: one folder per kernel
-            store = Store(path)
-            parts = store.parts(kernel)
+        store = Store(path, on_bad_part=on_bad_part)
+        own = [p for p in _files(path) if PART_RE.fullmatch(p.name)]
+        if own and not store.parts():  # a kernel folder (or a copy of one)
+            df = load_parts(own, dedupe=dedupe, gpu=gpu, on_bad_part=on_bad_part)
+        else:
+            df = store.load(kernel, dedupe=dedupe, gpu=gpu)
     else:
         raise FileNotFoundError(f"no dataset at {path}")
-    df = _load_parts(parts, dedupe=dedupe)
-    if kernel is not None:
+    if kernel is not None and not df.empty:
         df = df[df["kernel"] == kernel].reset_index(drop=True)
     return df
 
 
-def _load_parts(parts: Iterable[Path], *, dedupe: str | None) -> pd.DataFrame:
-    if dedupe not in (None, "last"):
-        raise ValueError(f"dedupe must be None or 'last', got {dedupe!r}")
-    parts = list(parts)
-    frames = [_read_part(p) for p in parts]
-    if not frames:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in REQUIRED_COLUMNS})
-    source = [i for i, f in enumerate(frames) for _ in range(len(f))]
-    df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
-    dup = df.duplicated(list(KEY_COLUMNS), keep=False)
-    if dup.any():
-        if dedupe == "last":
-            df = df[~df.duplicated(list(KEY_COLUMNS), keep="last")]
-        else:
-            first = df.index[dup][0]
-            key = tuple(df.loc[first, list(KEY_COLUMNS)])
-            same = (df["workload"] == key[0]) & (df["config"] == key[1])
-            files = sorted({str(parts[source[i]]) for i in df.index[same]})
-            where = " and ".join(files) if len(files) > 1 else f"{files[0]} (twice)"
-            raise StoreError(f"{int(dup.sum())} rows share a (workload, config); e.g. {key} is "
-                             f"in {where}; load with dedupe='last' to keep the newest")
-    df = df.reset_index(drop=True)
-    return _restore_int_columns(df, frames) if len(frames) > 1 else df
-
-
-def _restore_int_columns(df: pd.DataFrame, frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """Columns integer (or bool) in every part that has them come back nullable Int64/boolean
-    instead of the float/object pandas makes when another family lacks the column."""
-    for col in df.columns:
-        dtypes = [f[col].dtype for f in frames if col in f.columns]
-        if all(pd.api.types.is_bool_dtype(d) for d in dtypes):
-            if not pd.api.types.is_bool_dtype(df[col].dtype):
-                df[col] = df[col].astype("boolean")
-        elif all(pd.api.types.is_integer_dtype(d) for d in dtypes):
-            if not pd.api.types.is_integer_dtype(df[col].dtype):
-                df[col] = df[col].astype("Int64")
-    return df
-
-
-def _read_schema(path: Path) -> pa.Schema:
+def _subdirs(root: Path) -> list[Path]:
     try:
-        return pq.read_schema(path)
-    except Exception as e:  # pyarrow raises several types for a torn or foreign file
-        raise StoreError(f"{path}: unreadable parquet part ({type(e).__name__}: {e})") from e
+        return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
-def _check_meta(path: Path, schema: pa.Schema) -> dict[str, Any]:
-    raw = (schema.metadata or {}).get(META_KEY)
-    if raw is None:
-        raise StoreError(f"{path}: no 'costtune' metadata in the parquet schema "
-                         "(not written by costtune.Store)")
+def _files(folder: Path) -> list[Path]:
     try:
-        meta = json.loads(raw)
-    except ValueError as e:
-        raise StoreError(f"{path}: 'costtune' metadata is not JSON ({e})") from e
-    if not isinstance(meta, dict):
-        raise StoreError(f"{path}: 'costtune' metadata is not a JSON object")
-    for field in _RESERVED_META:
-        if field not in meta:
-            raise StoreError(f"{path}: 'costtune' metadata lacks field {field!r}")
-    if meta["schema_version"] != SCHEMA_VERSION:
-        raise StoreError(f"{path}: field 'schema_version' is {meta['schema_version']!r}; "
-                         f"this costtune reads schema_version {SCHEMA_VERSION}")
-    missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
-    if missing:
-        raise StoreError(f"{path}: required column(s) {missing} missing")
-    return meta
-
-
-def _read_part(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
-    meta = _check_meta(path, _read_schema(path))
-    try:
-        df = pq.read_table(path, columns=columns).to_pandas()
-    except Exception as e:
-        raise StoreError(f"{path}: unreadable parquet part ({type(e).__name__}: {e})") from e
-    if "kernel" in df.columns and not (df["kernel"] == meta["kernel"]).all():
-        raise StoreError(f"{path}: column 'kernel' disagrees with metadata kernel "
-                         f"{meta['kernel']!r}")
-    return df
-
-
-def _check_rows(df: pd.DataFrame) -> str:
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"rows lack required column(s) {missing}")
-    kernels = df["kernel"].dropna().unique()
-    if len(kernels) != 1 or df["kernel"].isna().any():
-        raise ValueError(f"one part holds one kernel family; rows have kernel {list(kernels)}")
-    kernel = str(kernels[0])
-    if not kernel or kernel != Path(kernel).name or kernel.startswith("."):
-        raise ValueError(f"kernel {kernel!r} is not a usable folder name")
-    bad = sorted(set(df["status"].astype(str)) - _STORABLE_STATUS)
-    if bad:
-        raise ValueError(f"unstorable status value(s) {bad}; expected one of "
-                         f"{sorted(_STORABLE_STATUS)}")
-    dup = df.duplicated(list(KEY_COLUMNS))
-    if dup.any():
-        key = tuple(df.loc[dup.idxmax(), list(KEY_COLUMNS)])
-        raise ValueError(f"rows repeat (workload, config) {key}")
-    return kernel
-
-
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    try:  # make the rename itself durable
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        return [p for p in folder.iterdir() if p.is_file()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def _json_default(value: Any) -> Any:

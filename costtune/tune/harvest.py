@@ -69,11 +69,14 @@ class Harvester:
         """Store ``tuner.configs_timings`` of the call ``tuner.run(*args, **kwargs)``."""
         try:
             kernel, rows = tuning_rows(tuner, args, kwargs=kwargs, gpu=self.meta.get("gpu"))
-            stored = self.store.measured_keys(kernel)
+            stored = self.store.measured_keys(kernel, gpu=self.meta.get("gpu"))
             rows = [r for r in rows if (r["workload"], r["config"]) not in stored]
-            if rows:
-                self.store.append(rows, meta=self.meta)
-                self.rows += len(rows)
+            # existing="skip": another rank may store the same tuning between the two calls.
+            part = self.store.append(rows, meta=self.meta, existing="skip") if rows else None
+            if part is not None:
+                import pyarrow.parquet as pq
+
+                self.rows += pq.read_metadata(part).num_rows
         except Exception as exc:  # harvesting must never break the user's program
             from costtune.types import CosttuneWarning
 

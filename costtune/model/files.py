@@ -1,0 +1,103 @@
+"""Where saved cost models live and how their files are checked.
+
+A saved model is a pair beside each other, named by one stem: ``<stem>.json`` (metadata) and
+``<stem>.ubj`` (the XGBoost booster). The JSON's ``booster`` field is informational: loading
+always reads the ``.ubj`` of the JSON's own stem, so a copied or renamed pair (``v1.json`` +
+``v1.ubj``) loads its own booster, never the file it was copied from.
+
+A bare name (no folder, no suffix) is looked up as a path first, then among the shipped models
+(``costtune/models``), then among the user's models: ``$COSTTUNE_HOME/models``, else
+``$XDG_CACHE_HOME/costtune/models``, else ``~/.cache/costtune/models`` (where ``costtune train``
+writes by default).
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+MODEL_SCHEMA_VERSION = 1
+MODEL_FORMAT = "costtune.CostModel"
+
+
+class ModelSchemaError(ValueError):
+    """A saved model this code cannot use: other file format, schema version or feature list,
+    or a booster file that is missing or unreadable."""
+
+
+def user_home() -> Path:
+    """costtune's per-user folder: ``$COSTTUNE_HOME``, else ``$XDG_CACHE_HOME/costtune``, else
+    ``~/.cache/costtune``."""
+    if os.environ.get("COSTTUNE_HOME"):
+        return Path(os.environ["COSTTUNE_HOME"]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "costtune"
+
+
+def user_model_dir() -> Path:
+    """Where the user's own models are saved and looked up by name."""
+    return user_home() / "models"
+
+
+def shipped_model_dir() -> Path:
+    return Path(str(resources.files("costtune") / "models"))
+
+
+def is_shipped_name(path_or_name: str | os.PathLike) -> bool:
+    """A bare name such as ``"h200"`` (no folder, no suffix), looked up in costtune/models."""
+    text = os.fspath(path_or_name)
+    return os.sep not in text and "/" not in text and not os.path.splitext(text)[1]
+
+
+def model_paths(path: str | os.PathLike) -> tuple[Path, Path]:
+    """(``<stem>.json``, ``<stem>.ubj``) of a model path given with or without a suffix."""
+    p = Path(path)
+    if p.suffix in (".json", ".ubj"):
+        p = p.with_suffix("")
+    return p.with_name(p.name + ".json"), p.with_name(p.name + ".ubj")
+
+
+def resolve(path_or_name: str | os.PathLike) -> tuple[Path, Path]:
+    """The (JSON, booster) pair a path or name stands for; FileNotFoundError saying where it
+    looked."""
+    text = str(path_or_name)
+    json_path, ubj_path = model_paths(text)
+    if json_path.exists():
+        return json_path, ubj_path
+    if not is_shipped_name(text):
+        raise FileNotFoundError(f"no model file {json_path}")
+    looked = []
+    for folder in (shipped_model_dir(), user_model_dir()):
+        candidate = folder / f"{text}.json"
+        if candidate.exists():
+            return candidate, candidate.with_suffix(".ubj")
+        looked.append(str(candidate))
+    raise FileNotFoundError(f"no model file {json_path} and no shipped model named {text!r} "
+                            f"(looked at {' and '.join(looked)})")
+
+
+def check_booster(json_path: Path) -> Path:
+    """The booster file of ``json_path`` (its own stem); ModelSchemaError when absent."""
+    booster = json_path.with_suffix(".ubj")
+    if not booster.is_file():
+        raise ModelSchemaError(f"{json_path}: its booster {booster.name} is missing (a model "
+                               f"is the pair {json_path.stem}.json + {json_path.stem}.ubj)")
+    return booster
+
+
+def load_booster(json_path: Path) -> Any:
+    """The XGBoost booster saved beside ``json_path``; one-line ModelSchemaError when it is
+    missing or unreadable (XGBoost's own error carries a C++ stack trace)."""
+    import xgboost as xgb
+
+    path = check_booster(json_path)
+    booster = xgb.Booster()
+    try:
+        booster.load_model(str(path))
+    except xgb.core.XGBoostError as exc:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise ModelSchemaError(f"{path}: not a readable XGBoost booster ({first[:200]})"
+                               ) from None
+    return booster

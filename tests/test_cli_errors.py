@@ -1,0 +1,208 @@
+"""Every command with bad input: a non-zero exit, one line naming what is wrong, no traceback;
+arguments are checked before dataset or GPU work; nothing is written where it was not asked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from costtune.cli import app
+from costtune.store.dataset import Store
+
+REPO = Path(__file__).resolve().parents[1]
+DATASET = REPO / "datasets" / "h200"
+GPU_MESSAGE = ("CPU-only build", "no CUDA GPU is visible", "CUDA does not start",
+               "CUDA_VISIBLE_DEVICES")
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("cli")
+    empty = root / "empty"
+    empty.mkdir()
+    corrupt = root / "corrupt"
+    (corrupt / "softmax").mkdir(parents=True)
+    part = Store(DATASET).parts("softmax")[0]
+    shutil.copy(part, corrupt / "softmax" / part.name)
+    torn = corrupt / "softmax" / "part-29990101T000000.000000Z-deadbeef.parquet"
+    torn.write_bytes(part.read_bytes()[:200])
+    harvested = root / "harvested"  # what costtune.harvest writes for a user's own kernel
+    Store(harvested).append([{"kernel": "my_matmul", "workload": "my_matmul_M64_float16",
+                              "dtype": "float16", "M": 64, "BLOCK": b, "num_warps": 4,
+                              "num_stages": 2, "config": f"BLOCK={b},num_warps=4,num_stages=2",
+                              "status": "ok", "time_ms": 0.01 * b} for b in (16, 32)],
+                            meta={"gpu": "NVIDIA H200"})
+    no_booster = root / "lonely"
+    shutil.copy(REPO / "costtune" / "models" / "h200.json", root / "lonely.json")
+    a_file = root / "a_file"
+    a_file.write_text("not a folder")
+    return {"empty": empty, "corrupt": corrupt, "harvested": harvested, "torn": torn,
+            "missing": root / "missing", "lonely": no_booster, "file": a_file,
+            "out": root / "out"}
+
+
+def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
+    """(arguments, what the one line must say) for every command."""
+    e, c, h, m = (str(p[k]) for k in ("empty", "corrupt", "harvested", "missing"))
+    out, shape = str(p["out"]), ["--shape", "64,64,64"]
+    replay = ["--replay", str(DATASET)]
+    return [
+        (["nosuch"], "No such command"),
+        (["kernels", "--bogus"], "No such option: --bogus"),
+        (["kernels", "--seed", "x"], "Invalid value for '--seed'"),
+        # collect: arguments first, then the GPU
+        (["collect", "softmax"], "Missing option '--out'"),
+        (["collect", "conv", "--out", out], "unknown kernel family 'conv'"),
+        (["collect", "softmax", "--suite", "nosuch", "--out", out], "neither"),
+        (["collect", "softmax", "--dtype", "int8", "--out", out], "not supported by softmax"),
+        (["collect", "softmax", "--gpus", "a,b", "--out", out], "--gpus must be"),
+        (["collect", "softmax", "--max-configs", "0", "--out", out], "--max-configs"),
+        (["collect", "softmax", "--out", str(p["file"])], "is a file"),
+        # features
+        (["features", "--dataset", e, "--out", out], f"--dataset {e} holds no rows"),
+        (["features", "--dataset", m, "--out", out], f"--dataset {m} does not exist"),
+        (["features", "--dataset", c, "--out", out], str(p["torn"])),
+        (["features", "--kernel", "conv", "--dataset", c], "unknown kernel family 'conv'"),
+        (["features", "--arch", "12", "--dataset", c], "--arch 12"),
+        (["features", "--dataset", str(DATASET)], "inside the shipped dataset"),
+        (["features", "--dataset", c, "--out", str(p["empty"])], "is a folder"),
+        # train
+        (["train", "--dataset", e], f"--dataset {e} holds no rows"),
+        (["train", "--dataset", m], f"--dataset {m} does not exist"),
+        (["train", "--dataset", c, "--out", out], str(p["torn"])),
+        (["train", "--dataset", h, "--out", out], "no 'suite' column (a harvested store?)"),
+        (["train", "--dataset", h, "--suite", "all", "--out", out],
+         "no rows of costtune's kernel families"),
+        (["train", "--suite", "x", "--dataset", c], "--suite must be"),
+        (["train", "--objective", "x", "--dataset", c], "--objective 'x'"),
+        (["train", "--features", "x", "--dataset", c], "--features 'x'"),
+        (["train", "--name", "h200", "--dataset", c], "a shipped model's name"),
+        (["train", "--name", "a/b", "--dataset", c], "must be a bare name"),
+        # eval: the model before the dataset
+        (["eval", "--model", "nosuch", "--dataset", c], "no shipped model named 'nosuch'"),
+        (["eval", "--model", str(p["lonely"]), "--dataset", str(DATASET)],
+         "its booster lonely.ubj is missing"),
+        (["eval", "--dataset", e], f"--dataset {e} holds no rows"),
+        (["eval", "--dataset", m], f"--dataset {m} does not exist"),
+        (["eval", "--dataset", c], str(p["torn"])),
+        (["eval", "--dataset", h], "no 'suite' column"),
+        (["eval", "--plot", e, "--dataset", c], "is a folder"),
+        # study: storage and model before the replay dataset
+        (["study", "conv", "--shape", "1,2,3"], "unknown kernel 'conv'"),
+        (["study", "gemm", "--shape", "64,64"], "needs 3 comma-separated sizes"),
+        (["study", "gemm", *shape, "--n-trials", "0"], "--n-trials must be >= 1"),
+        (["study", "gemm", *shape, "--storage", "/no/such/dir/s.db", "--replay", c],
+         "folder /no/such/dir does not exist"),
+        (["study", "gemm", *shape, "--warm-start", "nosuch", "--replay", c],
+         "--warm-start nosuch"),
+        (["study", "gemm", *shape, "--replay", e], f"--replay {e} holds no gemm rows"),
+        (["study", "softmax", "--shape", "4096,1000", "--replay", c], str(p["torn"])),
+        (["study", "gemm", "--shape", "64,64,5", *replay], "gemm_M64_N64_K5_float16 is not in"),
+        (["study", "gemm", *shape, "--storage", "nosuchdb://x", "--replay", c],
+         "--storage nosuchdb://x: cannot open it"),
+        (["study", "gemm", *shape, *replay, "--dtype", "int8"], "takes dtype"),
+    ]
+
+
+def one_line_error(res) -> str:
+    assert res.exit_code not in (0, None), res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in res.output, res.output
+    assert lines[0].startswith("error: "), lines[0]
+    return lines[0]
+
+
+def test_every_command_rejects_bad_input_in_one_line(places, monkeypatch, tmp_path):
+    monkeypatch.setenv("COSTTUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)  # nothing may appear in the working directory
+    runner = CliRunner()
+    seen = set()
+    for args, message in cases(places):
+        line = one_line_error(runner.invoke(app, args))
+        assert message in line, (args, line)
+        seen.add(args[0])
+    assert seen >= {"kernels", "collect", "features", "train", "eval", "study"}
+    assert not list(tmp_path.iterdir()) and not places["out"].exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+def test_gpu_commands_on_a_cpu_say_precisely_why(places):
+    runner = CliRunner()
+    for args in (["collect", "softmax", "--out", str(places["out"])],
+                 ["study", "gemm", "--shape", "64,64,64"]):
+        line = one_line_error(runner.invoke(app, args))
+        assert any(m in line for m in GPU_MESSAGE), line
+        assert "--replay" in line or "--scheduler" in line, line
+    assert not places["out"].exists()
+
+
+def test_the_installed_entry_point_prints_one_line(places):
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    for args, message in ((["eval", "--model", "nosuch"], "no shipped model named 'nosuch'"),
+                          (["train", "--dataset", str(places["empty"])], "holds no rows")):
+        res = subprocess.run([sys.executable, "-m", "costtune.cli", *args], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 2 and res.stdout == "", res
+        assert res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
+        assert res.stderr.startswith("error: ")
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory) -> Path:
+    """Two families' train and test workloads of the H200 dataset (a few parts)."""
+    root = tmp_path_factory.mktemp("small")
+    src = Store(DATASET)
+    for kernel in ("softmax", "gemm"):
+        parts = src.parts(kernel)
+        suites = {p: src.part_meta(p).get("command", "") for p in parts}
+        df = pd.concat([pd.read_parquet(p, columns=["suite"]).head(1).assign(p=str(p))
+                        for p in parts])
+        picked = (df[df["suite"] == "train"]["p"].head(3).tolist()
+                  + df[df["suite"] == "test"]["p"].head(2).tolist())
+        assert suites and len(picked) == 5
+        (root / kernel).mkdir()
+        for p in picked:
+            shutil.copy(p, root / kernel / Path(p).name)
+    return root
+
+
+def test_train_writes_to_the_user_folder_and_eval_scores_the_models_family(
+        small_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("COSTTUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    shipped = sorted((REPO / "costtune" / "models").iterdir())
+    stamps = [p.stat().st_mtime_ns for p in shipped]
+    runner = CliRunner()
+    res = runner.invoke(app, ["train", "--dataset", str(small_store), "--name", "mine"])
+    assert res.exit_code == 0, res.output
+    saved = tmp_path / "home" / "models" / "mine.json"
+    assert saved.exists() and str(saved) in res.output
+    assert [p.stat().st_mtime_ns for p in shipped] == stamps  # the package is untouched
+
+    from costtune.model.xgb import CostModel
+
+    gemm_only = CostModel(family="gemm", n_estimators=20).fit(
+        Store(small_store).load("gemm").query("suite == 'train'"))
+    gemm_only.save(tmp_path / "gemm_only")
+    res = runner.invoke(app, ["eval", "--dataset", str(small_store), "--model",
+                              str(tmp_path / "gemm_only"), "--json"])
+    assert res.exit_code == 0, res.output
+    board = json.loads(res.stdout[res.stdout.index("{"):])
+    assert list(board) == ["gemm"] and "costtune" in board["gemm"]
+    assert "note: model" in res.output and "leaving out softmax" in res.output
+    res = runner.invoke(app, ["eval", "--dataset", str(small_store), "--model", "mine",
+                              "--plot", str(tmp_path / "plots" / "topk.png")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "plots" / "topk.png").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gemm_only.json", "gemm_only.ubj",
+                                                         "home", "plots"]
