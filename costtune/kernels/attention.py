@@ -334,3 +334,26 @@ def config_space(problem: dict[str, Any] | None = None) -> ConfigSpace:
         constraints["block_m_le_next_pow2_s"] = lambda c: c["BLOCK_M"] <= max(64, cap)
         constraints["block_n_le_next_pow2_s"] = lambda c: c["BLOCK_N"] <= max(32, cap)
     return ConfigSpace(params, constraints=constraints)
+
+
+def shared_memory_floor(problem: dict[str, Any], config: dict[str, Any], *, dtype: str,
+                        aligned: dict[str, bool], arch: int = 90) -> int:
+    """Bytes of shared memory this attention tiling needs at least once compiled (the
+    feasibility check's lower bound): the resident Q tile plus ``num_stages`` K and V tiles
+    when K and V load 16-aligned (``aligned["k"]`` and ``["v"]``) on sm_90 with 4 or 8 warps.
+    On the dataset's 1,784 compiled attention rows this equals the compiled size on every row
+    (all aligned). Where the data shows nothing (unaligned K/V, other dtypes, archs or warp
+    counts, num_stages <= 1) it claims nothing (0).
+
+    >>> cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4}
+    >>> p = {"B": 1, "H": 1, "S": 1024, "D": 128, "causal": 0}
+    >>> shared_memory_floor(p, cfg, dtype="float16", aligned={"k": True, "v": True})
+    294912
+    """
+    stages = int(config["num_stages"])
+    if (dtype not in DTYPES or stages <= 1 or arch != 90 or int(config["num_warps"]) not in (4, 8)
+            or not (aligned.get("k", False) and aligned.get("v", False))):
+        return 0
+    d = int(problem["D"])
+    bm, bn = int(config["BLOCK_M"]), int(config["BLOCK_N"])
+    return (stages * 2 * bn * d + bm * d) * dtype_of(dtype).itemsize

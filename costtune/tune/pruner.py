@@ -8,35 +8,44 @@ before anything compiles, and Triton benchmarks only the ``top_k`` best.
 
 How one tuning call is decided:
 
+0. Feasibility (``tune.feasibility``): configs whose launch options Triton or the GPU refuse
+   (num_warps not a power of two, over 1,024 threads, bools or fractions) are dropped, and,
+   once the family is known, those whose tile sizes are not positive integers or whose
+   shared-memory lower bound exceeds the GPU's limit. Nothing that can launch is dropped.
 1. Describe the launch (``tune.launch``): family (given or told from config names and args),
    problem sizes (args named like the family's sizes, a ``problem=`` mapping, tensor shapes),
    dtype (first tensor). Cannot tell -> keep all configs.
 2. Pick the model (``model.registry``; trust in ``tune.ranking``): missing, unreadable,
    another feature schema, or not trained on this family -> keep all configs.
 3. Doubts: another GPU or triton version, sizes more than ``range_margin`` octaves outside the
-   training range, a dtype the family's data lacks, a launch grid unlike the family's, a model
-   that needs compiled features without ``two_stage`` -> rank, but benchmark ``widen`` x k
-   (``widen=None``: all).
-4. Rank by static features; ties by config key. ``two_stage=True`` re-ranks a shortlist by
-   compiled features (AOT compile on the CPU, cached) when the model has them.
+   training range, config values the training data never had (``tune.trained``), a dtype the
+   family's data lacks, a launch grid unlike the family's, a model that needs compiled
+   features without ``two_stage`` -> rank, but benchmark ``widen`` x k (``widen=None``: all).
+4. Rank by static features; ties by config key. Configs that differ only in knobs the model
+   does not know take one slot each while distinct ones remain (``tune.knobs``).
+   ``two_stage=True`` re-ranks a shortlist by compiled features (AOT compile on the CPU,
+   cached) when the model has them.
 
-Each fallback warns once per kernel (``CosttuneWarning``); the result is never empty and
-nothing here stops tuning: an unexpected error keeps all configs, with a warning.
+Each fallback warns once per kernel (``CosttuneWarning``), after the decision is made and
+where a filter that turns warnings into errors (``python -W error``) cannot escape: such a
+warning goes to the ``costtune`` logger instead. The result is never empty and nothing here
+stops tuning: an unexpected error keeps all configs that can launch, with a warning.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from costtune.kernels import FAMILIES
+from costtune.tune import feasibility
+from costtune.tune.decision import PruneDecision, config_key, keep_count, warn
+from costtune.tune.knobs import knob_message, knob_split, spread_order
 from costtune.tune.launch import (
     LaunchSpec,
     NotApplicable,
@@ -44,31 +53,13 @@ from costtune.tune.launch import (
     call_args,
     describe,
     family_params,
-    grid_programs,
 )
 from costtune.tune.preload import preload as start_preload
 from costtune.tune.preload import wait as wait_for_preload
 from costtune.types import CosttuneWarning
 
-__all__ = ["ConfigPruner", "CosttuneWarning", "PruneDecision", "prune_configs_by"]
-
-
-@dataclass
-class PruneDecision:
-    """What one ``early_config_prune`` call did (``ConfigPruner.last``)."""
-
-    n_configs: int
-    k: int
-    kept: list[str]  # config keys, best first
-    family: str | None = None
-    problem: dict[str, int] | None = None
-    dtype: str | None = None
-    scores: np.ndarray | None = None  # stage-1 scores, in the configs' order
-    stage2: bool = False
-    fallbacks: list[str] = field(default_factory=list)  # categories that applied
-    precompiled: tuple[int, int] | None = None  # (compiled, submitted) by costtune.autotune
-    elapsed_ms: float = math.nan  # pruning
-    precompile_ms: float = math.nan  # the parallel precompile after it
+__all__ = ["ConfigPruner", "CosttuneWarning", "PruneDecision", "keep_count",
+           "prune_configs_by"]
 
 
 class ConfigPruner:
@@ -113,13 +104,14 @@ class ConfigPruner:
         try:
             wait_for_preload()  # a model still loading in the background: let it finish first
             decision, order = self._prune(configs, named_args, kwargs, notes)
-        except Exception as exc:  # never stop tuning: benchmark everything instead
+        except Exception as exc:  # never stop tuning: benchmark all that can launch instead
             notes.append(("error", f"pruning failed ({type(exc).__name__}: {exc})"))
-            decision = PruneDecision(len(configs), len(configs), list(self.config_keys(configs)))
-            order = np.arange(len(configs))
+            decision, order = self._fallback(configs, notes)
         kept = [configs[i] for i in order[: decision.k]]
+        decision.ranked = [int(i) for i in order]
         decision.fallbacks = list(dict.fromkeys(c for c, _ in notes))
-        self._warn(notes, f"benchmarking {len(kept)} of {len(configs)} configs")
+        decision.warnings = self._warn(notes, f"benchmarking {len(kept)} of {len(configs)} "
+                                       "configs")
         decision.elapsed_ms = (time.perf_counter() - start) * 1e3
         if self.after_prune is not None:
             start = time.perf_counter()
@@ -132,39 +124,68 @@ class ConfigPruner:
         self.last = decision
         return kept
 
+    def _fallback(self, configs: Sequence[Any], notes: list[tuple[str, str]]
+                  ) -> tuple[PruneDecision, np.ndarray]:
+        """Keep every config whose launch options can run (all of them if none can)."""
+        try:
+            refused = feasibility.refuse_options(configs)
+        except Exception:
+            refused = {}
+        alive = np.array([i for i in range(len(configs)) if i not in refused] or
+                         range(len(configs)), dtype=int)
+        texts = [feasibility.config_text(c) for c in configs]
+        decision = PruneDecision(len(configs), len(alive), [texts[i] for i in alive])
+        if len(alive) < len(configs):
+            decision.dropped = {texts[i]: why for i, why in refused.items()}
+            notes.append(("infeasible", feasibility.summary(configs, refused)))
+        return decision, alive
+
     def config_keys(self, configs: Sequence[Any]) -> np.ndarray:
         """Canonical keys of ``configs`` (the tie-break order)."""
-        from costtune.types import Config
-
         if self._configs is not configs or len(self._keys) != len(configs):
-            self._keys = np.array([Config.from_triton(c).key for c in configs], dtype=object)
+            self._keys = np.array([config_key(c) for c in configs], dtype=object)
             self._configs, self._params = configs, {}
         return self._keys
 
-    def _family_params(self, family: str, configs: Sequence[Any], rename: Mapping[str, str]
-                       ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-        """Per config the family's parameters, and the same as feature columns; kept while
-        Triton passes the same config list (every tuning call of one kernel)."""
+    def _family_params(self, family: str, configs: Sequence[Any], rename: Mapping[str, str],
+                       alive: np.ndarray) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+        """Per config the family's parameters, and the same as feature columns (NaN for
+        configs that cannot launch); kept while Triton passes the same config list (every
+        tuning call of one kernel)."""
         from costtune.features.static import config_columns
 
         self.config_keys(configs)
         if family not in self._params:
             params = family_params(family, configs, rename=rename)
-            self._params[family] = (params, config_columns(params))
+            live = set(alive.tolist())
+            columns = config_columns([params[i] if i in live else {}
+                                      for i in range(len(configs))])
+            self._params[family] = (params, columns)
         return self._params[family]
 
     def _prune(self, configs: Sequence[Any], named_args: Mapping[str, Any],
                kwargs: dict[str, Any], notes: list[tuple[str, str]]
                ) -> tuple[PruneDecision, np.ndarray]:
-        from costtune.evaluate.metrics import rank_positions
-        from costtune.features.static import static_features_for
-        from costtune.tune.ranking import concerns, covers, load_noted, score, uses_compiled
+        from costtune.tune.ranking import concerns, covers, load_noted, uses_compiled
 
         n = len(configs)
         keys = self.config_keys(configs)
-        keep_all = (PruneDecision(n, n, list(keys)), np.arange(n))
-        if n <= 1:
-            return keep_all
+        refused = feasibility.refuse_options(configs)
+        alive = np.array([i for i in range(n) if i not in refused], dtype=int)
+        if not len(alive):
+            notes.append(("infeasible", "no config's launch options can run ("
+                          f"{feasibility.summary(configs, refused)}); keeping them all"))
+            return PruneDecision(n, n, list(keys)), np.arange(n)
+
+        def keep_alive() -> tuple[PruneDecision, np.ndarray]:
+            decision = PruneDecision(n, len(alive), [keys[i] for i in alive])
+            decision.dropped = {keys[i]: why for i, why in refused.items()}
+            return decision, alive
+
+        if refused:
+            notes.append(("infeasible", feasibility.summary(configs, refused)))
+        if len(alive) <= 1:
+            return keep_alive()
         args = call_args(named_args, kwargs)
         spec = self.spec
         if spec.family is not None and spec.family not in FAMILIES:
@@ -172,40 +193,83 @@ class ConfigPruner:
                           "the configs and args"))
             spec = replace(spec, family=None)
         try:
-            launch = describe(spec, configs, args=args)
-            params, columns = self._family_params(launch.family, configs, spec.params)
+            launch = describe(spec, [configs[i] for i in alive], args=args)
+            params, columns = self._family_params(launch.family, configs, spec.params, alive)
         except NotApplicable as exc:
             notes.append((exc.category, str(exc)))
-            return keep_all
+            return keep_alive()
+        more = feasibility.refuse_for_family(launch.family, launch.problem, launch.dtype,
+                                             [params[i] for i in alive], args=args)
+        if more:
+            refused.update({int(alive[j]): why for j, why in more.items()})
+            if len(more) == len(alive):
+                notes.append(("infeasible", "every config looks unable to launch ("
+                              f"{feasibility.summary(configs, refused)}); keeping them all"))
+                return PruneDecision(n, n, list(keys)), np.arange(n)
+            alive = np.array([i for i in alive if i not in refused], dtype=int)
+            notes.append(("infeasible", feasibility.summary(configs, refused)))
         try:
             model, note = load_noted(self.model, launch.family)
         except Exception as exc:
             notes.append(("model", f"no usable cost model {self.model!r} "
                           f"({type(exc).__name__}: {exc})"))
-            return keep_all
+            return keep_alive()
         if note:
             notes.append(("model", note))
         if not covers(model, launch.family):
             notes.append(("model", f"cost model {self.model!r} was trained on "
                           f"{model.families_}, not {launch.family}"))
-            return keep_all
-        k = keep_count(self.top_k, n)
+            return keep_alive()
         doubts = concerns(model, launch, range_margin=self.range_margin)
         if uses_compiled(model) and not self.two_stage:
             doubts.append(("features", f"cost model {self.model!r} needs compiled features; "
                            "without two_stage=True it ranks with them missing"))
-        features = static_features_for(launch.family, launch.problem, launch.dtype, params,
-                                       columns=columns)
+        return self._rank(model, launch, configs, args, kwargs, alive, params, columns,
+                          doubts, refused, notes)
+
+    def _rank(self, model: Any, launch: Any, configs: Sequence[Any], args: dict[str, Any],
+              kwargs: dict[str, Any], alive: np.ndarray, params: list[dict],
+              columns: dict[str, np.ndarray], doubts: list[tuple[str, str]],
+              refused: dict[int, str], notes: list[tuple[str, str]]
+              ) -> tuple[PruneDecision, np.ndarray]:
+        """Score the configs that can launch, widen k on doubts, spread untold knobs."""
+        from costtune.evaluate.metrics import rank_positions
+        from costtune.features.static import static_features_for
+        from costtune.tune.ranking import grid_doubts, score
+        from costtune.tune.trained import config_doubts
+
+        n, keys = len(configs), self.config_keys(configs)
+        sub = [configs[i] for i in alive]
+        live = [params[i] for i in alive]
+        features = static_features_for(launch.family, launch.problem, launch.dtype, live,
+                                       columns={c: v[alive] for c, v in columns.items()})
+        if self.range_margin is not None:
+            doubts += config_doubts(launch.family, live,
+                                    elems_per_thread=features["elems_per_thread"].to_numpy())
         if "grid" in kwargs:
-            doubts += _grid_doubts(kwargs["grid"], args, configs, keys, features, launch.family)
+            doubts += grid_doubts(kwargs["grid"], args, sub, keys[alive], features,
+                                   launch.family)
+        k = min(keep_count(self.top_k, n), len(alive))
         if doubts:
             notes.extend(doubts)
-            k = n if self.widen is None else min(n, k * self.widen)
-        scores = score(model, features)
-        order = rank_positions(scores, keys)
+            k = len(alive) if self.widen is None else min(len(alive), k * self.widen)
+        live_scores = score(model, features)
+        order = alive[rank_positions(live_scores, keys[alive])]
+        known, unknown, knobs = knob_split(configs, params)
+        if knobs:
+            order = spread_order(order, known_keys=known, unknown_keys=unknown)
+            notes.append(("knobs", knob_message(knobs)))
+        scores = np.full(n, np.nan)
+        scores[alive] = live_scores
         decision = PruneDecision(n, k, [], launch.family, launch.problem, launch.dtype, scores)
-        if self.two_stage and k < n:
-            order = self._stage2(launch, params, features, keys, order, decision, notes)
+        decision.dropped = {keys[i]: why for i, why in refused.items()}
+        decision.knobs = knobs
+        if self.two_stage and k < len(alive):
+            position = {int(i): j for j, i in enumerate(alive)}
+            sub_order = np.array([position[int(i)] for i in order])
+            sub_order = self._stage2(launch, live, features, keys[alive], sub_order, decision,
+                                     notes)
+            order = alive[sub_order]
         decision.kept = [keys[i] for i in order[:k]]
         return decision, order
 
@@ -243,40 +307,15 @@ class ConfigPruner:
         decision.stage2 = True
         return np.concatenate([short[sub], order[len(short):]])
 
-    def _warn(self, notes: list[tuple[str, str]], outcome: str) -> None:
+    def _warn(self, notes: list[tuple[str, str]], outcome: str) -> list[str]:
+        """Warn once per category; returns the messages."""
         new = [(c, m) for c, m in notes if c not in self._warned]
-        if new:
-            self._warned.update(c for c, _ in new)
-            text = "; ".join(dict.fromkeys(m for _, m in new))
-            warnings.warn(f"costtune: {text} -> {outcome}", CosttuneWarning, stacklevel=4)
-
-
-def _grid_doubts(grid: Any, args: dict[str, Any], configs: Sequence[Any], keys: np.ndarray,
-                 features: Any, family: str) -> list[tuple[str, str]]:
-    """A launch grid that disagrees with the family's program count: another kernel shape.
-    Checked on up to 32 configs spread over the list (grids often call ``triton.cdiv``, a
-    JIT function that costs microseconds per call from Python)."""
-    picks = np.unique(np.linspace(0, len(configs) - 1, min(len(configs), 32)).astype(int))
-    programs = grid_programs(grid, args, configs=[configs[i] for i in picks])
-    expected = features["num_programs"].to_numpy()[picks]
-    bad = np.flatnonzero(np.isfinite(programs) & (programs != expected))
-    if not len(bad):
-        return []
-    i = picks[bad[0]]
-    programs = dict(zip(picks, programs))
-    return [("grid", f"the launch grid gives {programs[i]:g} programs for {keys[i]} where the "
-             f"{family} model assumes {features['num_programs'].iloc[i]:g}")]
-
-
-def keep_count(top_k: int | float, n: int) -> int:
-    """Configs to keep of ``n``: a float in (0, 1] is a fraction (rounded up), else a count;
-    always between 1 and ``n``.
-
-    >>> keep_count(0.01, 50), keep_count(0, 50), keep_count(8, 5), keep_count(1.0, 50)
-    (1, 1, 5, 50)
-    """
-    k = math.ceil(top_k * n) if isinstance(top_k, float) and top_k <= 1 else int(top_k)
-    return max(1, min(n, k))
+        if not new:
+            return []
+        self._warned.update(c for c, _ in new)
+        text = f"costtune: {'; '.join(dict.fromkeys(m for _, m in new))} -> {outcome}"
+        warn(text, stacklevel=5)
+        return [text]
 
 
 def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str | None = None,

@@ -13,10 +13,10 @@ import pandas as pd
 
 from costtune.hardware import current_arch
 from costtune.model.registry import default_stage2, load_noted, score
-from costtune.tune.launch import Launch
+from costtune.tune.launch import Launch, grid_programs
 
 __all__ = ["compiled_table", "concerns", "covers", "current_gpu", "default_stage2",
-           "load_noted", "score", "stage2_order", "uses_compiled"]
+           "grid_doubts", "load_noted", "score", "stage2_order", "uses_compiled"]
 
 def uses_compiled(model: Any) -> bool:
     return model.features != "static"
@@ -101,3 +101,20 @@ def stage2_order(model: Any, static: pd.DataFrame, *, table: pd.DataFrame,
     scores = score(model, feats)
     order = rank_positions(scores, keys)
     return order[np.argsort(-ok[order], kind="stable")]
+
+
+def grid_doubts(grid: Any, args: dict[str, Any], configs: Sequence[Any], keys: np.ndarray,
+                 features: Any, family: str) -> list[tuple[str, str]]:
+    """A launch grid that disagrees with the family's program count: another kernel shape.
+    Checked on up to 32 configs spread over the list (grids often call ``triton.cdiv``, a
+    JIT function that costs microseconds per call from Python)."""
+    picks = np.unique(np.linspace(0, len(configs) - 1, min(len(configs), 32)).astype(int))
+    programs = grid_programs(grid, args, configs=[configs[i] for i in picks])
+    expected = features["num_programs"].to_numpy()[picks]
+    bad = np.flatnonzero(np.isfinite(programs) & (programs != expected))
+    if not len(bad):
+        return []
+    i = picks[bad[0]]
+    programs = dict(zip(picks, programs))
+    return [("grid", f"the launch grid gives {programs[i]:g} programs for {keys[i]} where the "
+             f"{family} model assumes {features['num_programs'].iloc[i]:g}")]
