@@ -75,11 +75,10 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
 
         # One pruner per kernel: its warnings and caches belong to that kernel.
         prune = prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)
-        extra = {k: triton_kw.pop(k) for k in ("reset_to_zero", "restore_value")
-                 if k in triton_kw}
+        rest = {k: v for k, v in triton_kw.items() if k not in ("reset_to_zero", "restore_value")}
         threads = precompile if precompile is False or precompile is True else int(precompile)
-        return SafeAutotuner(fn, fn.arg_names, configs, key, extra.get("reset_to_zero"),
-                             extra.get("restore_value"), prune_configs_by=prune, check=spec,
-                             precompile_threads=threads, **triton_kw)
+        return SafeAutotuner(fn, fn.arg_names, configs, key, triton_kw.get("reset_to_zero"),
+                             triton_kw.get("restore_value"), prune_configs_by=prune,
+                             check=spec, precompile_threads=threads, **rest)
 
     return decorator

@@ -199,7 +199,10 @@ def _from_tensors(family: str, args: Mapping[str, Any]) -> dict[str, int]:
 def _size(key: str, value: Any) -> int:
     if hasattr(value, "item"):  # a 0-dim tensor or numpy scalar
         value = value.item()
-    if not _is_number(value) or (key != "causal" and int(value) < 1):
+    # A bool or a fraction is no size (M=True or M=1.5 must not pass as 1).
+    fractional = key != "causal" and (isinstance(value, (bool, np.bool_)) or (
+        _is_number(value) and not float(value).is_integer()))
+    if not _is_number(value) or fractional or (key != "causal" and int(value) < 1):
         raise NotApplicable("problem", f"size {key}={value!r} is not a positive integer")
     return int(value)
 

@@ -243,30 +243,29 @@ class ConfigPruner:
         live = [params[i] for i in alive]
         features = static_features_for(launch.family, launch.problem, launch.dtype, live,
                                        columns={c: v[alive] for c, v in columns.items()})
-        if self.range_margin is not None:
-            doubts += config_doubts(launch.family, live,
-                                    elems_per_thread=features["elems_per_thread"].to_numpy())
         if "grid" in kwargs:
             doubts += grid_doubts(kwargs["grid"], args, sub, keys[alive], features,
-                                   launch.family)
+                                  launch.family)
+        live_scores = score(model, features)
+        sub_order = rank_positions(live_scores, keys[alive])
+        known, unknown, knobs = knob_split(sub, live)
+        if knobs:
+            sub_order = spread_order(sub_order, known_keys=known, unknown_keys=unknown)
+            notes.append(("knobs", knob_message(knobs)))
         k = min(keep_count(self.top_k, n), len(alive))
+        if self.range_margin is not None:  # values never trained on, among those kept
+            doubts += config_doubts(launch.family, live, among=sub_order[:k],
+                                    elems_per_thread=features["elems_per_thread"].to_numpy())
         if doubts:
             notes.extend(doubts)
             k = len(alive) if self.widen is None else min(len(alive), k * self.widen)
-        live_scores = score(model, features)
-        order = alive[rank_positions(live_scores, keys[alive])]
-        known, unknown, knobs = knob_split(configs, params)
-        if knobs:
-            order = spread_order(order, known_keys=known, unknown_keys=unknown)
-            notes.append(("knobs", knob_message(knobs)))
+        order = alive[sub_order]
         scores = np.full(n, np.nan)
         scores[alive] = live_scores
         decision = PruneDecision(n, k, [], launch.family, launch.problem, launch.dtype, scores)
         decision.dropped = {keys[i]: why for i, why in refused.items()}
         decision.knobs = knobs
         if self.two_stage and k < len(alive):
-            position = {int(i): j for j, i in enumerate(alive)}
-            sub_order = np.array([position[int(i)] for i in order])
             sub_order = self._stage2(launch, live, features, keys[alive], sub_order, decision,
                                      notes)
             order = alive[sub_order]

@@ -9,10 +9,10 @@ provenance, by::
 
     python -m costtune.tune.trained datasets/h200 --out costtune/models/trained_configs_h200.json
 
->>> doubts = config_doubts("gemm", [{"BLOCK_M": 512, "BLOCK_N": 64, "BLOCK_K": 32,
-...     "SPLIT_K": 1, "num_warps": 4, "num_stages": 3}], elems_per_thread=[256.0])
->>> doubts[0][0], "BLOCK_M=512" in doubts[0][1]
-('config', True)
+>>> unseen_values("gemm", [{"BLOCK_M": 512, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1,
+...     "num_warps": 4, "num_stages": 3}], elems_per_thread=[256.0])[0].split(" (")[0]
+'BLOCK_M=512'
+
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["build", "config_doubts", "load_trained"]
+__all__ = ["build", "config_doubts", "load_trained", "unseen_values"]
 
 FILE_NAME = "trained_configs_h200.json"
 _DERIVED = ("elems_per_thread",)
@@ -49,32 +49,43 @@ def _number(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def config_doubts(family: str, params: Sequence[Mapping[str, Any]], *,
+def unseen_values(family: str, params: Sequence[Mapping[str, Any]], *,
                   elems_per_thread: Sequence[float] | None = None,
-                  trained: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
-    """[("config", message)] when any config holds a value the family's training data never
-    had (one message naming each parameter, its unseen values and the trained ones); [] when
-    all are inside or nothing is known about the family."""
+                  trained: Mapping[str, Any] | None = None) -> list[str]:
+    """Per config: "" when the family's training data had every one of its values, else what
+    it lacked ("BLOCK_M=512 (trained: 32, 64, 128, 256)"). All "" for an unknown family."""
     trained = load_trained() if trained is None else trained
     known = trained.get(family)
-    if not known or not params:
+    if not known:
+        return [""] * len(params)
+    sets = {name: set(values) for name, values in known["values"].items()}
+    lo, hi = known.get("ranges", {}).get("elems_per_thread", (-np.inf, np.inf))
+    e = (np.full(len(params), np.nan) if elems_per_thread is None
+         else np.asarray(elems_per_thread, dtype=float))
+    out = []
+    for p, epl in zip(params, e):
+        parts = [f"{name}={_number(p[name])} (trained: {', '.join(map(str, sorted(seen)))})"
+                 for name, seen in sets.items() if name in p and _number(p[name]) not in seen]
+        if np.isfinite(epl) and not lo <= epl <= hi:
+            parts.append(f"{epl:g} accumulator elements per thread (trained: {lo:g} to {hi:g})")
+        out.append("; ".join(parts))
+    return out
+
+
+def config_doubts(family: str, params: Sequence[Mapping[str, Any]], *,
+                  elems_per_thread: Sequence[float] | None = None,
+                  trained: Mapping[str, Any] | None = None,
+                  among: Sequence[int] | None = None) -> list[tuple[str, str]]:
+    """[("config", message)] when a config (of ``among``, positions, default all) holds a
+    value the training data never had; [] otherwise."""
+    unseen = unseen_values(family, params, elems_per_thread=elems_per_thread, trained=trained)
+    picks = range(len(params)) if among is None else among
+    named = [unseen[i] for i in picks if unseen[i]]
+    if not named:
         return []
-    parts = []
-    for name, values in known["values"].items():
-        seen = set(values)
-        unseen = sorted({_number(p[name]) for p in params if name in p} - seen, key=str)
-        if unseen:
-            shown = ", ".join(f"{name}={v}" for v in unseen[:4])
-            parts.append(f"{shown} (trained: {', '.join(map(str, values))})")
-    if elems_per_thread is not None and "elems_per_thread" in known.get("ranges", {}):
-        lo, hi = known["ranges"]["elems_per_thread"]
-        e = np.asarray(elems_per_thread, dtype=float)
-        out = e[np.isfinite(e) & ((e < lo) | (e > hi))]
-        if len(out):
-            parts.append(f"tiles of {out.max():g} elements per thread (trained: {lo:g} to {hi:g})")
-    if not parts:
-        return []
-    return [("config", f"{family} configs outside the training data: {'; '.join(parts)}")]
+    shown = "; ".join(dict.fromkeys(named[:3]))
+    return [("config", f"{len(named)} {family} config(s) with values outside the training "
+             f"data rank among those kept: {shown}")]
 
 
 def build(dataset: str | Path) -> dict[str, Any]:

@@ -135,7 +135,7 @@ class SafeAutotuner(Autotuner):
                 guard.record(text, lambda c=config: self._launch_once(c, args, kwargs))
                 extra += 1
             except Exception:  # a voter that cannot launch says nothing
-                guard.records.pop(text, None)
+                continue
 
     def _launch_once(self, config: Any, args: tuple, kwargs: dict) -> None:
         """One launch of ``config`` with the hooks Triton's benchmark runs around it."""
