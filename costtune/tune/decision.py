@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,12 +55,17 @@ def keep_count(top_k: int | float, n: int) -> int:
     return max(1, min(n, k))
 
 
-def warn(text: str, *, stacklevel: int = 2) -> None:
-    """``warnings.warn(text, CosttuneWarning)`` that never raises: under a filter that turns
-    warnings into errors (``python -W error``, pytest's ``filterwarnings = error``) the
-    message goes to the ``costtune`` logger instead of into the user's tuning call."""
+def warn(text: str) -> None:
+    """``warnings.warn(text, CosttuneWarning)`` pointing at the user's call (the first frame
+    outside costtune and triton) that never raises: under a filter that turns warnings into
+    errors (``python -W error``, pytest's ``filterwarnings = error``) the message goes to the
+    ``costtune`` logger instead of into the user's tuning call."""
+    frame, level = sys._getframe(0), 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in (
+            "costtune", "triton"):
+        frame, level = frame.f_back, level + 1
     try:
-        warnings.warn(text, CosttuneWarning, stacklevel=stacklevel + 1)
+        warnings.warn(text, CosttuneWarning, stacklevel=level)
     except Exception:
         log.warning("%s", text)
 

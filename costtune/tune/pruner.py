@@ -313,7 +313,7 @@ class ConfigPruner:
             return []
         self._warned.update(c for c, _ in new)
         text = f"costtune: {'; '.join(dict.fromkeys(m for _, m in new))} -> {outcome}"
-        warn(text, stacklevel=5)
+        warn(text)
         return [text]
 
 

@@ -190,13 +190,15 @@ class SafeAutotuner(Autotuner):
             parts.append(f"check= rejected {len(wrong)} config(s) ({shown})")
         if good and len(good) < len(kept) and not wrong:
             parts.append(f"only {len(good)} of {len(kept)} configs could run")
-        if not good:
-            parts.append("no config both ran and passed the check; Triton decides among "
-                         "the rest")
+        if not good and wrong:
+            parts.append("every config that ran failed the check; the fastest of them is used")
+        elif not good:
+            parts.append("no config could run; Triton tunes the kept ones as exhaustive "
+                         "tuning would, and meets the same errors")
         # Rejected outputs are named every time; failures once per kernel.
         if parts and (wrong or "failed" not in self._warned):
             self._warned.add("failed")
             text = "costtune: " + "; ".join(parts)
             if decision is not None:
                 decision.warnings.append(text)
-            warn(text, stacklevel=4)
+            warn(text)
