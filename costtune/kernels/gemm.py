@@ -31,6 +31,7 @@ import math
 import operator
 from typing import Any
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -350,7 +351,7 @@ def _check_inputs(inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.
 
 
 def shared_memory_floor(problem: dict[str, Any], config: dict[str, Any], *, dtype: str,
-                        aligned: dict[str, bool], arch: int = 90) -> int:
+                        aligned: dict[str, bool], arch: int = 90) -> int | np.ndarray:
     """Bytes of shared memory a GEMM of this tiling needs at least once compiled: the feasibility
     check drops a config only when this lower bound exceeds the GPU's limit.
 
@@ -368,13 +369,16 @@ def shared_memory_floor(problem: dict[str, Any], config: dict[str, Any], *, dtyp
     245760
     >>> shared_memory_floor({}, cfg, dtype="float16", aligned={"a": False, "b": False})
     49152
+
+    Vectorised: config values may be numpy arrays (one entry per config).
     """
-    stages = int(config["num_stages"])
-    if dtype not in DTYPES or stages <= 1:
-        return 0
-    bm, bn, bk = (int(config[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-    wgmma = arch == 90 and bm >= 64 and int(config["num_warps"]) in (4, 8)
-    buffers = stages if wgmma else stages - 1
+    stages = np.asarray(config["num_stages"], dtype=float)
+    bm, bn, bk, warps = (np.asarray(config[k], dtype=float)
+                         for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"))
+    wgmma = (arch == 90) & (bm >= 64) & np.isin(warps, (4, 8))
+    buffers = np.where(wgmma, stages, stages - 1)
     copies_a = buffers if aligned.get("a", False) else 1
     copies_b = buffers if aligned.get("b", False) else 1
-    return (copies_a * bm + copies_b * bn) * bk * dtype_of(dtype).itemsize
+    size = dtype_of(dtype).itemsize if dtype in DTYPES else 0
+    out = np.where(stages <= 1, 0, (copies_a * bm + copies_b * bn) * bk * size).astype(np.int64)
+    return int(out) if out.ndim == 0 else out

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from costtune.hardware import current
 from costtune.kernels import FAMILIES
 from costtune.tune import feasibility
 from costtune.tune.decision import PruneDecision, config_key, keep_count, warn
@@ -94,7 +95,9 @@ class ConfigPruner:
         # list are computed once.
         self._configs: Sequence[Any] | None = None
         self._keys = np.zeros(0, dtype=object)
-        self._params: dict[str, tuple[list[dict[str, Any]], dict[str, np.ndarray]]] = {}
+        self._params: dict[str, tuple] = {}
+        self._refused: dict[int, str] = {}
+        self._knobs: dict[str, tuple] = {}
         self._compiled: dict = {}
 
     def __call__(self, configs: Sequence[Any], named_args: Mapping[str, Any],
@@ -144,23 +147,27 @@ class ConfigPruner:
         """Canonical keys of ``configs`` (the tie-break order)."""
         if self._configs is not configs or len(self._keys) != len(configs):
             self._keys = np.array([config_key(c) for c in configs], dtype=object)
-            self._configs, self._params = configs, {}
+            self._configs, self._params, self._knobs = configs, {}, {}
+            self._refused = feasibility.refuse_options(configs)
         return self._keys
 
-    def _family_params(self, family: str, configs: Sequence[Any], rename: Mapping[str, str],
-                       alive: np.ndarray) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-        """Per config the family's parameters, and the same as feature columns (NaN for
-        configs that cannot launch); kept while Triton passes the same config list (every
-        tuning call of one kernel)."""
+    def _family_params(self, family: str, configs: Sequence[Any], rename: Mapping[str, str]
+                       ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], dict[int, str]]:
+        """Per config the family's parameters, the same as feature columns (NaN for configs
+        that cannot launch) and {position: why} for those whose tile sizes are invalid; kept
+        while Triton passes the same config list (every tuning call of one kernel)."""
         from costtune.features.static import config_columns
 
         self.config_keys(configs)
         if family not in self._params:
             params = family_params(family, configs, rename=rename)
-            live = set(alive.tolist())
-            columns = config_columns([params[i] if i in live else {}
+            valid = [i for i in range(len(configs)) if i not in self._refused]
+            invalid = {valid[j]: why for j, why in
+                       feasibility.invalid_sizes(family, [params[i] for i in valid]).items()}
+            ok = set(valid) - set(invalid)
+            columns = config_columns([params[i] if i in ok else {}
                                       for i in range(len(configs))])
-            self._params[family] = (params, columns)
+            self._params[family] = (params, columns, invalid)
         return self._params[family]
 
     def _prune(self, configs: Sequence[Any], named_args: Mapping[str, Any],
@@ -170,7 +177,7 @@ class ConfigPruner:
 
         n = len(configs)
         keys = self.config_keys(configs)
-        refused = feasibility.refuse_options(configs)
+        refused = dict(self._refused)
         alive = np.array([i for i in range(n) if i not in refused], dtype=int)
         if not len(alive):
             notes.append(("infeasible", "no config's launch options can run ("
@@ -194,15 +201,22 @@ class ConfigPruner:
             spec = replace(spec, family=None)
         try:
             launch = describe(spec, [configs[i] for i in alive], args=args)
-            params, columns = self._family_params(launch.family, configs, spec.params, alive)
+            params, columns, invalid = self._family_params(launch.family, configs,
+                                                           spec.params)
         except NotApplicable as exc:
             notes.append((exc.category, str(exc)))
             return keep_alive()
-        more = feasibility.refuse_for_family(launch.family, launch.problem, launch.dtype,
-                                             [params[i] for i in alive], args=args)
+        more = dict(invalid)
+        ok = np.array([i for i in alive if i not in invalid], dtype=int)
+        if len(ok):
+            over = feasibility.over_shared_limit(
+                launch.family, launch.problem, launch.dtype, {c: v[ok] for c, v in
+                                                              columns.items()},
+                aligned=feasibility.operand_alignment(launch.family, args), target=current())
+            more.update({int(ok[j]): why for j, why in over.items()})
         if more:
-            refused.update({int(alive[j]): why for j, why in more.items()})
-            if len(more) == len(alive):
+            refused.update(more)
+            if len(refused) == n:
                 notes.append(("infeasible", "every config looks unable to launch ("
                               f"{feasibility.summary(configs, refused)}); keeping them all"))
                 return PruneDecision(n, n, list(keys)), np.arange(n)
@@ -248,13 +262,17 @@ class ConfigPruner:
                                   launch.family)
         live_scores = score(model, features)
         sub_order = rank_positions(live_scores, keys[alive])
-        known, unknown, knobs = knob_split(sub, live)
+        if launch.family not in self._knobs:
+            self._knobs[launch.family] = knob_split(configs, params)
+        known, unknown, knobs = self._knobs[launch.family]
         if knobs:
-            sub_order = spread_order(sub_order, known_keys=known, unknown_keys=unknown)
+            sub_order = spread_order(sub_order, known_keys=[known[i] for i in alive],
+                                     unknown_keys=[unknown[i] for i in alive])
             notes.append(("knobs", knob_message(knobs)))
         k = min(keep_count(self.top_k, n), len(alive))
         if self.range_margin is not None:  # values never trained on, among those kept
-            doubts += config_doubts(launch.family, live, among=sub_order[:k],
+            doubts += config_doubts(launch.family, {c: v[alive] for c, v in columns.items()},
+                                    among=sub_order[:k],
                                     elems_per_thread=features["elems_per_thread"].to_numpy())
         if doubts:
             notes.extend(doubts)

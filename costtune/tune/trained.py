@@ -9,9 +9,11 @@ provenance, by::
 
     python -m costtune.tune.trained datasets/h200 --out costtune/models/trained_configs_h200.json
 
->>> unseen_values("gemm", [{"BLOCK_M": 512, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1,
-...     "num_warps": 4, "num_stages": 3}], elems_per_thread=[256.0])[0].split(" (")[0]
-'BLOCK_M=512'
+>>> cols = {"BLOCK_M": [512, 64], "BLOCK_N": [64, 64], "num_warps": [4, 4]}
+>>> for why in unseen_values("gemm", cols, elems_per_thread=[256.0, 32.0])[0].split("; "):
+...     print(why)
+BLOCK_M=512 (trained: 32, 64, 128, 256)
+256 accumulator elements per thread (trained: 4 to 128)
 
 """
 
@@ -45,46 +47,47 @@ def load_trained() -> dict[str, Any]:
     return json.loads(path.read_text())["families"]
 
 
-def _number(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") else value
-
-
-def unseen_values(family: str, params: Sequence[Mapping[str, Any]], *,
-                  elems_per_thread: Sequence[float] | None = None,
-                  trained: Mapping[str, Any] | None = None) -> list[str]:
-    """Per config: "" when the family's training data had every one of its values, else what
-    it lacked ("BLOCK_M=512 (trained: 32, 64, 128, 256)"). All "" for an unknown family."""
+def unseen_values(family: str, columns: Mapping[str, Any], *,
+                  elems_per_thread: Any = None, among: Sequence[int] | None = None,
+                  trained: Mapping[str, Any] | None = None) -> dict[int, str]:
+    """{position: what the training data lacked} for the configs (``columns``: each config
+    parameter as an array, one entry per config; ``among``: the positions to look at, default
+    all) holding a value the family's training rows never had, e.g.
+    "BLOCK_M=512 (trained: 32, 64, 128, 256)". Empty for an unknown family."""
     trained = load_trained() if trained is None else trained
     known = trained.get(family)
-    if not known:
-        return [""] * len(params)
-    sets = {name: set(values) for name, values in known["values"].items()}
+    n = len(next(iter(columns.values()))) if columns else 0
+    picks = np.arange(n) if among is None else np.asarray(among, dtype=int)
+    if not known or not len(picks):
+        return {}
+    parts: dict[int, list[str]] = {}
+    for name, values in known["values"].items():
+        if name not in columns:
+            continue
+        v = np.asarray(columns[name], dtype=float)[picks]
+        for j in np.flatnonzero(np.isfinite(v) & ~np.isin(v, values)):
+            parts.setdefault(int(picks[j]), []).append(
+                f"{name}={v[j]:g} (trained: {', '.join(map(str, values))})")
     lo, hi = known.get("ranges", {}).get("elems_per_thread", (-np.inf, np.inf))
-    e = (np.full(len(params), np.nan) if elems_per_thread is None
-         else np.asarray(elems_per_thread, dtype=float))
-    out = []
-    for p, epl in zip(params, e):
-        parts = [f"{name}={_number(p[name])} (trained: {', '.join(map(str, sorted(seen)))})"
-                 for name, seen in sets.items() if name in p and _number(p[name]) not in seen]
-        if np.isfinite(epl) and not lo <= epl <= hi:
-            parts.append(f"{epl:g} accumulator elements per thread (trained: {lo:g} to {hi:g})")
-        out.append("; ".join(parts))
-    return out
+    if elems_per_thread is not None:
+        e = np.asarray(elems_per_thread, dtype=float)[picks]
+        for j in np.flatnonzero(np.isfinite(e) & ((e < lo) | (e > hi))):
+            parts.setdefault(int(picks[j]), []).append(
+                f"{e[j]:g} accumulator elements per thread (trained: {lo:g} to {hi:g})")
+    return {i: "; ".join(p) for i, p in sorted(parts.items())}
 
 
-def config_doubts(family: str, params: Sequence[Mapping[str, Any]], *,
-                  elems_per_thread: Sequence[float] | None = None,
-                  trained: Mapping[str, Any] | None = None,
-                  among: Sequence[int] | None = None) -> list[tuple[str, str]]:
-    """[("config", message)] when a config (of ``among``, positions, default all) holds a
-    value the training data never had; [] otherwise."""
-    unseen = unseen_values(family, params, elems_per_thread=elems_per_thread, trained=trained)
-    picks = range(len(params)) if among is None else among
-    named = [unseen[i] for i in picks if unseen[i]]
-    if not named:
+def config_doubts(family: str, columns: Mapping[str, Any], *, elems_per_thread: Any = None,
+                  among: Sequence[int] | None = None,
+                  trained: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    """[("config", message)] when a config (of ``among``, default all) holds a value the
+    training data never had; [] otherwise."""
+    unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread, among=among,
+                           trained=trained)
+    if not unseen:
         return []
-    shown = "; ".join(dict.fromkeys(named[:3]))
-    return [("config", f"{len(named)} {family} config(s) with values outside the training "
+    shown = "; ".join(dict.fromkeys(list(unseen.values())[:3]))
+    return [("config", f"{len(unseen)} {family} config(s) with values outside the training "
              f"data rank among those kept: {shown}")]
 
 
