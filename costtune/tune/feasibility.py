@@ -139,7 +139,7 @@ def meta_args(family: str, problem: Mapping[str, int], dtype: str) -> dict[str, 
         shapes = {"a": (m, k), "b": (k, n), "c": (m, n)}
     elif family == "attention":
         shape = tuple(int(problem[x]) for x in ("B", "H", "S", "D"))
-        shapes = {"q": shape, "k": shape, "v": shape, "o": shape}
+        shapes = {"q": shape, "k": shape, "v": shape, "out": shape}
     else:
         shapes = {"x": (int(problem["rows"]), int(problem["cols"]))}
         shapes["out"] = shapes["x"]

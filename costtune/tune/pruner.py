@@ -139,7 +139,7 @@ class ConfigPruner:
         texts = [feasibility.config_text(c) for c in configs]
         decision = PruneDecision(len(configs), len(alive), [texts[i] for i in alive])
         if len(alive) < len(configs):
-            decision.dropped = {texts[i]: why for i, why in refused.items()}
+            decision.dropped = _dropped(configs, refused)
             notes.append(("infeasible", feasibility.summary(configs, refused)))
         return decision, alive
 
@@ -186,7 +186,7 @@ class ConfigPruner:
 
         def keep_alive() -> tuple[PruneDecision, np.ndarray]:
             decision = PruneDecision(n, len(alive), [keys[i] for i in alive])
-            decision.dropped = {keys[i]: why for i, why in refused.items()}
+            decision.dropped = _dropped(configs, refused)
             return decision, alive
 
         if refused:
@@ -281,7 +281,7 @@ class ConfigPruner:
         scores = np.full(n, np.nan)
         scores[alive] = live_scores
         decision = PruneDecision(n, k, [], launch.family, launch.problem, launch.dtype, scores)
-        decision.dropped = {keys[i]: why for i, why in refused.items()}
+        decision.dropped = _dropped(configs, refused)
         decision.knobs = knobs
         if self.two_stage and k < len(alive):
             sub_order = self._stage2(launch, live, features, keys[alive], sub_order, decision,
@@ -333,6 +333,11 @@ class ConfigPruner:
         text = f"costtune: {'; '.join(dict.fromkeys(m for _, m in new))} -> {outcome}"
         warn(text)
         return [text]
+
+
+def _dropped(configs: Sequence[Any], refused: Mapping[int, str]) -> dict[str, str]:
+    """{config as given: why it cannot launch} (the canonical key would cast num_warps=4.0)."""
+    return {feasibility.config_text(configs[i]): why for i, why in sorted(refused.items())}
 
 
 def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str | None = None,
