@@ -11,6 +11,10 @@
    the floor is the compiled size) and once arbitrary: the top pick before and after. With
    ``--aot`` the kept top picks that the tutorial estimate calls too big are AOT-compiled for
    sm_90 on this CPU (one compile per config and alignment), to count those that really are.
+4. With ``--aot``: kernels written as users write them, not in the dataset (Triton tutorial
+   03's matmul, a TMA-descriptor matmul, tutorial 06's fused attention with TMA descriptors
+   and warp_specialize, from experiments/device/safety_h200.py), AOT-compiled at 8192^3 and
+   (4, 32, 4096, 128) over the configs near the limit: the floor against what they compile to.
 
 CPU only, from the shipped data and model. Writes results/feasibility.{md,csv}.
 
@@ -30,7 +34,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 import triton
+import triton.language as tl
 
 import costtune
 from costtune.hardware import H200
@@ -192,7 +198,110 @@ def aot_check(picks: list) -> pd.DataFrame:
                          for ((key, al), s), (_, t) in zip(todo.items(), table.iterrows())])
 
 
-def report(errors, five, rand, aot, out: Path) -> None:
+@triton.jit
+def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_SIZE_M: tl.constexpr,
+                      BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+                      GROUP_SIZE_M: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """A matmul over host TMA descriptors, in the style of Triton's tutorial 09."""
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    num_pid_in_group = GROUP_SIZE_M * num_pid_n
+    first_pid_m = (pid // num_pid_in_group) * GROUP_SIZE_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
+    pid_m = first_pid_m + (pid % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in tl.range(tl.cdiv(K, BLOCK_SIZE_K), warp_specialize=WARP_SPECIALIZE):
+        a = a_desc.load([pid_m * BLOCK_SIZE_M, k * BLOCK_SIZE_K])
+        b = b_desc.load([k * BLOCK_SIZE_K, pid_n * BLOCK_SIZE_N])
+        accumulator = tl.dot(a, b, accumulator)
+    c_desc.store([pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N], accumulator.to(tl.float16))
+
+
+def user_kernel_calls():
+    """(kernel name, family, family params, launch args, KernelCall) for each user-style
+    kernel and config near the shared-memory limit."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    sys.path.insert(0, str(ROOT / "experiments" / "device"))
+    import safety_h200 as styled
+
+    from costtune.kernels import KernelCall
+
+    m = n = k = 8192
+    a = torch.empty(m, k, dtype=torch.float16, device="meta")
+    b = torch.empty(k, n, dtype=torch.float16, device="meta")
+    c = torch.empty(m, n, dtype=torch.float16, device="meta")
+    near = [cf for cf in UNFILTERED if 0.6 * LIMIT <= tutorial(cf) <= 1.4 * LIMIT]
+    for cf in near:
+        bm, bn, bk = (cf.kwargs[x] for x in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+        p = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": cf.num_warps,
+             "num_stages": cf.num_stages}
+        kw = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8}
+        args = (a, b, c, m, n, k, k, 1, n, 1, n, 1)
+        yield ("tutorial03_matmul", "gemm", p, {"a": a, "b": b},
+               KernelCall(styled.matmul_kernel, (1,), args, kw, cf.num_warps, cf.num_stages))
+        descs = [TensorDescriptor(t, shape=list(t.shape), strides=list(t.stride()),
+                                  block_shape=bs) for t, bs in ((a, [bm, bk]), (b, [bk, bn]),
+                                                                (c, [bm, bn]))]
+        for ws in (False, True):
+            yield ("tma_matmul" + ("_ws" if ws else ""), "gemm", p,
+                   {"a": descs[0], "b": descs[1]},
+                   KernelCall(matmul_tma_kernel, (1,), (*descs, m, n, k),
+                              {**kw, "WARP_SPECIALIZE": ws}, cf.num_warps, cf.num_stages))
+    z, h, s, d = 4, 32, 4096, 128
+    q = torch.empty(z, h, s, d, dtype=torch.float16, device="meta")
+    mt = torch.empty(z, h, s, dtype=torch.float32, device="meta")
+    for cf in styled.attention_configs(d):
+        bm, bn = cf.kwargs["BLOCK_M"], cf.kwargs["BLOCK_N"]
+        descs = [TensorDescriptor(q, shape=[z * h * s, d], strides=[d, 1], block_shape=bs)
+                 for bs in ([bm, d], [bn, d], [bn, d], [bm, d])]
+        p = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": cf.num_warps,
+             "num_stages": cf.num_stages}
+        kw = {"HEAD_DIM": d, "BLOCK_M": bm, "BLOCK_N": bn, "STAGE": 3,
+              "warp_specialize": cf.kwargs["warp_specialize"]}
+        yield ("tutorial06_attention" + ("_ws" if kw["warp_specialize"] else ""), "attention",
+               p, dict(zip(("desc_q", "desc_k", "desc_v"), descs)),
+               KernelCall(styled._attn_fwd, (1,), (0.1, mt, z, h, *descs, s), kw,
+                          cf.num_warps, cf.num_stages))
+
+
+def user_kernels() -> pd.DataFrame:
+    """Section 4: AOT compile (sm_90, this CPU, in this process) against the floor."""
+    from costtune.build.aot import compile_job, specialize
+
+    rows = []
+    for name, family, p, args, call in user_kernel_calls():
+        out = compile_job(specialize(call), sass=False)
+        problem = {"D": 128} if family == "attention" else {}
+        ws = any(k.lower() == "warp_specialize" and bool(v) for k, v in call.kwargs.items())
+        floor = int(shared_floor(family, problem, p, dtype="float16",
+                                 aligned=operand_alignment(family, args), target=H200,
+                                 warp_specialized=ws))
+        rows.append({"kernel": name, **p, "status": out["status"],
+                     "shared_bytes": out.get("shared_bytes"), "floor": floor,
+                     "error": out["error"][:120]})
+    return pd.DataFrame(rows)
+
+
+def user_summary(user: pd.DataFrame) -> pd.DataFrame:
+    compiled = user[user["shared_bytes"].notna()]
+    g = compiled.groupby("kernel")
+    return pd.DataFrame({
+        "compiled": g.size(),
+        "floor_above_compiled": g.apply(lambda x: int((x["floor"] > x["shared_bytes"]).sum())),
+        "over_limit": g.apply(lambda x: int((x["shared_bytes"] > LIMIT).sum())),
+        "dropped_by_floor": g.apply(lambda x: int((x["floor"] > LIMIT).sum())),
+        "over_limit_but_kept": g.apply(lambda x: int(((x["shared_bytes"] > LIMIT)
+                                                      & (x["floor"] <= LIMIT)).sum())),
+        "max_compiled_minus_floor": g.apply(lambda x: int((x["shared_bytes"]
+                                                           - x["floor"]).max())),
+        "compile_errors": user[user["shared_bytes"].isna()].groupby("kernel").size(),
+    }).fillna(0).astype(int).reset_index()
+
+
+def report(errors, five, rand, aot, out: Path, user=None) -> None:
     lines = ["# Feasibility before ranking: what cannot launch is never kept", "",
              provenance(), "", "## 1. Shared-memory estimates against the compiled size", "",
              "Rows: every dataset config (all compiled and ran). `above`: the estimate says "
@@ -218,11 +327,20 @@ def report(errors, five, rand, aot, out: Path) -> None:
         lines += ["", "AOT compile (sm_90) of each kept top pick over the tutorial estimate, "
                   "per operand alignment:", "", aot.to_markdown(index=False) if len(aot)
                   else "(none)"]
+    if user is not None:
+        lines += ["", "## 4. Kernels as users write them (AOT compile, sm_90)", "",
+                  "Configs near the limit (tutorial estimate within 0.6-1.4x of 232,448 B) at "
+                  "8192^3 for the matmuls, every config of the attention list at (4, 32, 4096, "
+                  "128) causal. `dropped_by_floor`: what the hook drops; `over_limit_but_kept`: "
+                  "what only costtune.autotune's replacement catches.", "",
+                  user_summary(user).to_markdown(index=False)]
     (out / "feasibility.md").write_text("\n".join(lines) + "\n")
     frames = [errors.assign(section="estimates"), five.assign(section="five_shapes"),
               rand.assign(section="random_top1")]
     if aot is not None:
         frames.append(aot.assign(section="aot"))
+    if user is not None:
+        frames.append(user.assign(section="user_kernels"))
     pd.concat(frames, ignore_index=True).to_csv(out / "feasibility.csv", index=False)
 
 
@@ -247,9 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     print(rand.groupby("aligned_draw")[[c for c in rand if c.endswith(("launch", "tutorial"))]]
           .sum().to_string())
     aot = aot_check(picks) if args.aot else None
+    user = user_kernels() if args.aot else None
     if aot is not None:
         print(aot.to_string(index=False))
-    report(errors, five, rand, aot, args.out)
+        print(user_summary(user).to_string(index=False))
+    report(errors, five, rand, aot, args.out, user)
     print(f"wrote {args.out / 'feasibility.md'} and .csv")
     return 0
 

@@ -262,7 +262,8 @@ def config_space(problem: dict[str, Any] | None = None) -> ConfigSpace:
 
 
 def shared_memory_floor(problem: dict[str, Any], config: dict[str, Any], *, dtype: str,
-                        aligned: dict[str, bool], arch: int = 90) -> int | Any:
+                        aligned: dict[str, bool], arch: int = 90,
+                        warp_specialized: Any = False) -> int | Any:
     """Bytes of shared memory a softmax config needs at least (the feasibility check's lower
     bound): none can be claimed. Rows live in registers; what shared memory holds (reduction
     scratch, pipelined chunks) ranges down to 1/16 of the chunk on the dataset's compiled rows,

@@ -32,7 +32,7 @@ import numpy as np
 
 from costtune.hardware import Target
 
-__all__ = ["config_text", "invalid_sizes", "meta_args", "operand_alignment",
+__all__ = ["config_text", "invalid_sizes", "launch_traits", "meta_args", "operand_alignment",
            "over_shared_limit", "refuse_for_family", "refuse_options", "shared_floor"]
 
 # Family tile parameters that must be positive integers (neutral ones are filled in as 1).
@@ -104,11 +104,31 @@ def _tensor_aligned(value: Any) -> bool:
     return ptr % 16 == 0 and all(s == 1 or s % 16 == 0 for s in strides)
 
 
+def _descriptor_aligned(value: Any) -> bool:
+    """A host TMA descriptor (``TensorDescriptor``): TMA copies whole tiles into shared
+    memory asynchronously, so its loads are pipelined like 16-aligned ones; the hardware
+    requires a 16-byte aligned base and strides, checked here as well."""
+    try:
+        base = value.base
+        size = base.element_size()
+        strides = [int(s) for s in value.strides]
+        return int(base.data_ptr()) % 16 == 0 and all(s == 1 or (s * size) % 16 == 0
+                                                       for s in strides)
+    except Exception:
+        return False
+
+
+def _is_descriptor(value: Any) -> bool:
+    return all(hasattr(value, a) for a in ("base", "block_shape", "strides")) and hasattr(
+        value.base, "data_ptr")
+
+
 def operand_alignment(family: str, args: Mapping[str, Any]) -> dict[str, bool]:
-    """Whether each of the family's operands loads 16-aligned, from the call's tensors in
-    argument order (GEMM: the first two matrices are A and B; attention: the first three 4-D
-    tensors are Q, K, V). An operand that is not a plain tensor (absent, a TMA descriptor) counts
-    as unaligned, the case with the smaller bound.
+    """Whether each of the family's operands loads 16-aligned, from the call's arguments in
+    order (GEMM: the first two matrices or TMA descriptors are A and B; attention: the first
+    three 4-D tensors or descriptors are Q, K, V). A plain tensor counts when Triton's
+    specialization sees its loads 16-aligned; a TMA descriptor when TMA accepts it. Anything
+    else (absent, unknown) counts as unaligned, the case with the smaller bound.
 
     >>> import torch
     >>> a, b = torch.empty(64, 1000), torch.empty(1000, 64)
@@ -116,9 +136,11 @@ def operand_alignment(family: str, args: Mapping[str, Any]) -> dict[str, bool]:
     {'a': False, 'b': True}
     """
     names, ndim = _OPERANDS[family]
-    tensors = [v for v in args.values()
-               if hasattr(v, "shape") and hasattr(v, "dtype") and len(v.shape) == ndim]
-    return {name: (i < len(tensors) and _tensor_aligned(tensors[i]))
+    found = [(v, _descriptor_aligned) if _is_descriptor(v) else (v, _tensor_aligned)
+             for v in args.values()
+             if _is_descriptor(v) or (hasattr(v, "shape") and hasattr(v, "dtype")
+                                      and len(v.shape) == ndim)]
+    return {name: (i < len(found) and found[i][1](found[i][0]))
             for i, name in enumerate(names)}
 
 
@@ -147,13 +169,15 @@ def meta_args(family: str, problem: Mapping[str, int], dtype: str) -> dict[str, 
 
 
 def shared_floor(family: str, problem: Mapping[str, int], params: Mapping[str, Any], *,
-                 dtype: str, aligned: Mapping[str, bool], target: Target) -> Any:
+                 dtype: str, aligned: Mapping[str, bool], target: Target,
+                 warp_specialized: Any = False) -> Any:
     """The family's lower bound on the shared memory a config needs (bytes; an array when
     ``params`` holds arrays, one entry per config)."""
     from costtune.kernels import get_family
 
     return get_family(family).shared_memory_floor(
-        dict(problem), dict(params), dtype=dtype, aligned=dict(aligned), arch=target.arch)
+        dict(problem), dict(params), dtype=dtype, aligned=dict(aligned), arch=target.arch,
+        warp_specialized=warp_specialized)
 
 
 def invalid_sizes(family: str, params: Sequence[Mapping[str, Any]]) -> dict[int, str]:
@@ -168,25 +192,45 @@ def invalid_sizes(family: str, params: Sequence[Mapping[str, Any]]) -> dict[int,
     return out
 
 
+def launch_traits(configs: Sequence[Any]) -> dict[str, np.ndarray]:
+    """Per config what changes how a kernel buffers its tiles but is no family parameter:
+    ``warp_specialize`` (1 where a kwarg of that name, any case, is true) and ``num_ctas``."""
+    ws = [any(k.lower() == "warp_specialize" and bool(v) for k, v in c.kwargs.items())
+          for c in configs]
+    ctas = [getattr(c, "num_ctas", 1) if _is_int(getattr(c, "num_ctas", 1)) else 1
+            for c in configs]
+    return {"warp_specialize": np.array(ws, dtype=float), "num_ctas": np.array(ctas, float)}
+
+
 def over_shared_limit(family: str, problem: Mapping[str, int], dtype: str,
                       columns: Mapping[str, np.ndarray], *, aligned: Mapping[str, bool],
-                      target: Target) -> dict[int, str]:
+                      target: Target, traits: Mapping[str, np.ndarray] | None = None
+                      ) -> dict[int, str]:
     """{position: reason} for configs (valid ones, as float columns of the family's parameters
-    and num_warps/num_stages) whose shared-memory lower bound exceeds the target's limit."""
-    need = np.asarray(shared_floor(family, problem, columns, dtype=dtype, aligned=aligned,
-                                   target=target))
+    and num_warps/num_stages; ``traits`` from ``launch_traits``) whose shared-memory lower
+    bound exceeds the target's limit. Clusters (num_ctas > 1) are never dropped: how a
+    cluster shares tiles is not modelled."""
+    n = len(np.atleast_1d(np.asarray(columns["num_stages"])))
+    traits = traits or {}
+    ws = np.asarray(traits.get("warp_specialize", np.zeros(n)), dtype=bool)
+    single = np.asarray(traits.get("num_ctas", np.ones(n))) <= 1
+    need = np.atleast_1d(np.asarray(shared_floor(family, problem, columns, dtype=dtype,
+                                                 aligned=aligned, target=target,
+                                                 warp_specialized=ws)))
     limit = target.max_shared_per_block
     return {int(i): (f"needs at least {int(need[i]):,} B of shared memory, over the "
                      f"{limit:,} B per block of the {target.name}")
-            for i in np.flatnonzero(np.atleast_1d(need) > limit)}
+            for i in np.flatnonzero((need > limit) & single)}
 
 
 def refuse_for_family(family: str, problem: Mapping[str, int], dtype: str,
                       params: Sequence[Mapping[str, Any]], *, args: Mapping[str, Any],
-                      target: Target | None = None) -> dict[int, str]:
+                      target: Target | None = None,
+                      traits: Mapping[str, np.ndarray] | None = None) -> dict[int, str]:
     """{position: reason} for configs (as the family's parameter dicts, with num_warps and
-    num_stages) that cannot launch: tile sizes that are not positive integers, or a
-    shared-memory lower bound over the limit (operand alignment read from ``args``)."""
+    num_stages; ``traits``: ``launch_traits`` of the configs) that cannot launch: tile sizes
+    that are not positive integers, or a shared-memory lower bound over the limit (operand
+    alignment read from ``args``)."""
     from costtune.hardware import current
 
     target = current() if target is None else target
@@ -196,8 +240,10 @@ def refuse_for_family(family: str, problem: Mapping[str, int], dtype: str,
     if valid:
         names = [*_SIZE_PARAMS[family], "num_warps", "num_stages"]
         columns = {n: np.array([float(params[i].get(n, 1)) for i in valid]) for n in names}
+        sub = None if traits is None else {k: np.asarray(v)[valid] for k, v in traits.items()}
         over = over_shared_limit(family, problem, dtype, columns,
-                                 aligned=operand_alignment(family, args), target=target)
+                                 aligned=operand_alignment(family, args), target=target,
+                                 traits=sub)
         out.update({valid[j]: why for j, why in over.items()})
     return dict(sorted(out.items()))
 

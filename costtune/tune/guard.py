@@ -7,8 +7,9 @@ outputs disagree (NaN where the others are finite, a large error) cannot win.
 
 - ``True``: outputs are detected and compared across configs.
 - a dict with any of
-  ``outputs``: names of the kernel arguments it writes (default: every tensor argument whose
-  contents a launch changes, found by comparing each tensor with a copy taken before);
+  ``outputs``: names of the kernel arguments it writes (default: every tensor argument, or
+  tensor under a TMA descriptor argument, whose contents a launch changes, found by comparing
+  each with a copy taken before);
   ``reference``: ``fn(args) -> Tensor | Sequence[Tensor] | dict[name, Tensor]``, called once
   with the call's arguments by name (tensors as they were before any config ran), giving the
   expected outputs in ``outputs`` order (one tensor: the one output); without it, configs vote;
@@ -34,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CheckSpec", "OutputGuard", "check_spec"]
+__all__ = ["CheckSpec", "OutputGuard", "check_spec", "tensors_of"]
 
 _KEYS = ("outputs", "reference", "rtol", "atol")
 _RTOL = {"bfloat16": 5e-2, "float8_e4m3fn": 1e-1, "float8_e5m2": 1e-1,
@@ -85,6 +86,19 @@ def _is_tensor(value: Any) -> bool:
     return hasattr(value, "clone") and hasattr(value, "copy_") and hasattr(value, "dtype")
 
 
+def tensors_of(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The tensors a launch can read or write, by argument name: tensor arguments, and the
+    tensor under a TMA descriptor argument (``TensorDescriptor.base``), named as the
+    descriptor (``check={"outputs": ["desc_o"]}``)."""
+    out = {}
+    for name, value in args.items():
+        if _is_tensor(value):
+            out[name] = value
+        elif _is_tensor(getattr(value, "base", None)):
+            out[name] = value.base
+    return out
+
+
 def _agree(a: Any, b: Any, *, rtol: float | None, atol: float) -> bool:
     import torch
 
@@ -120,7 +134,7 @@ class OutputGuard:
 
     def __init__(self, spec: CheckSpec, args: Mapping[str, Any]) -> None:
         self.spec = spec
-        self.tensors = {k: v for k, v in args.items() if _is_tensor(v)}
+        self.tensors = tensors_of(args)
         missing = [o for o in spec.outputs or () if o not in self.tensors]
         if missing:
             raise ValueError(f"check outputs {missing} are not tensor arguments of the kernel "

@@ -97,6 +97,7 @@ class ConfigPruner:
         self._keys = np.zeros(0, dtype=object)
         self._params: dict[str, tuple] = {}
         self._refused: dict[int, str] = {}
+        self._traits: dict[str, np.ndarray] = {}
         self._knobs: dict[str, tuple] = {}
         self._compiled: dict = {}
 
@@ -149,6 +150,7 @@ class ConfigPruner:
             self._keys = np.array([config_key(c) for c in configs], dtype=object)
             self._configs, self._params, self._knobs = configs, {}, {}
             self._refused = feasibility.refuse_options(configs)
+            self._traits = feasibility.launch_traits(configs)
         return self._keys
 
     def _family_params(self, family: str, configs: Sequence[Any], rename: Mapping[str, str]
@@ -210,9 +212,10 @@ class ConfigPruner:
         ok = np.array([i for i in alive if i not in invalid], dtype=int)
         if len(ok):
             over = feasibility.over_shared_limit(
-                launch.family, launch.problem, launch.dtype, {c: v[ok] for c, v in
-                                                              columns.items()},
-                aligned=feasibility.operand_alignment(launch.family, args), target=current())
+                launch.family, launch.problem, launch.dtype,
+                {c: v[ok] for c, v in columns.items()},
+                aligned=feasibility.operand_alignment(launch.family, args), target=current(),
+                traits={t: v[ok] for t, v in self._traits.items()})
             more.update({int(ok[j]): why for j, why in over.items()})
         if more:
             refused.update(more)

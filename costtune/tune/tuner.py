@@ -6,7 +6,8 @@ is infinite it launches it anyway and the error reaches the user. Here ``prune_c
 (called by ``run`` once per new tuning key) benchmarks the kept configs itself, in rank order:
 
 - a kept config that fails to compile, does not fit (the parallel precompile reads its
-  shared memory before any launch) or benchmarks as infinite is replaced by the next-ranked
+  shared memory before any launch), benchmarks as infinite or raises (a compiler pass that
+  fails for this config; exhaustive tuning would stop there) is replaced by the next-ranked
   config (``PruneDecision.ranked``), until ``k`` configs ran or none are left;
 - with ``check``, each config that ran is launched once more on the call's inputs and its
   outputs compared (``tune.guard``); a wrong one cannot win and is replaced the same way;
@@ -14,7 +15,8 @@ is infinite it launches it anyway and the error reaches the user. Here ``prune_c
   measured here, so Triton picks among them as usual (``configs_timings``, ``best_config``).
 
 If nothing can run, the kept list is returned unchanged and Triton fails exactly as exhaustive
-tuning would. ``warmup`` and disk-cached results keep Triton's behaviour.
+tuning would (the same error reaches the user). ``warmup`` and disk-cached results keep
+Triton's behaviour.
 """
 
 from __future__ import annotations
@@ -112,7 +114,11 @@ class SafeAutotuner(Autotuner):
                 failed[text] = ("does not fit in shared memory" if outcome == "too_big"
                                 else "failed to compile")
                 continue
-            timing = Autotuner._bench(self, *args, config=config, **kwargs)
+            try:
+                timing = Autotuner._bench(self, *args, config=config, **kwargs)
+            except Exception as exc:  # e.g. a compiler pass that fails for this config only
+                failed[text] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
+                continue
             if not finite_time(timing):
                 failed[text] = "failed to compile or launch (OutOfResources or a compile error)"
                 continue
