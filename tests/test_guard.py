@@ -283,3 +283,32 @@ def test_decision_records_what_was_replaced(model):
     last = tuner.early_config_prune.last
     assert set(last.replaced) == set(tuner.rejected) and last.replaced
     assert pd.Series(list(last.replaced)).str.contains(f"BN={bad}").all()
+
+
+@pytest.mark.gpu
+def test_configs_that_do_not_fit_are_replaced_on_gpu():
+    """On the GPU, with unaligned rows (K=4097: the floor claims a single A buffer): configs
+    whose compile needs more shared memory than the GPU has are found by the parallel
+    precompile (or at launch) and replaced; every kept config either ran or is named."""
+    from costtune.kernels import gemm
+
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 128, "SPLIT_K": 1},
+                             num_warps=8, num_stages=s)
+               for m, n, s in [(256, 256, 5), (256, 256, 4), (128, 256, 5), (128, 128, 3),
+                               (64, 128, 3), (128, 64, 3)]]
+    tuner = costtune.autotune(configs, key=["M", "N", "K"], top_k=6, family="gemm")(
+        gemm._gemm_kernel)
+    m, n, k = 4096, 4096, 4097
+    x = gemm.make_inputs({"M": m, "N": n, "K": k}, "float16", device="cuda")
+    c = torch.empty(m, n, dtype=torch.float16, device="cuda")
+    a, b = x["a"], x["b"]
+    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tuner[grid](a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), GROUP_M=8,
+                    UPCAST_DOT=False)
+    ran = {Config.from_triton(cf).key for cf in tuner.configs_timings}
+    kept = set(tuner.early_config_prune.last.kept)
+    assert ran and kept <= ran | set(tuner.rejected)
+    assert tuner.best_config in tuner.configs_timings
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)

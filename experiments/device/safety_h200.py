@@ -213,12 +213,26 @@ def gemm_tuner(top_k, **options):
 
 
 def plan(exhaustive: bool) -> list[dict]:
-    runs = [{"id": f"gemm_top{k}", "kind": "gemm", "top_k": k} for k in (1, 4, 8)]
+    """The runs in order, each with the seconds it is expected to take on the H200."""
+    runs = [{"id": f"gemm_top{k}", "kind": "gemm", "top_k": k, "expect_s": 40}
+            for k in (1, 4, 8)]
     runs += [{"id": f"attention_Z{z}_H{h}_S{s}_D{d}_causal{int(c)}", "kind": "attention",
-              "shape": [z, h, s, d, c], "top_k": 8} for z, h, s, d, c in ATTN_SHAPES]
+              "shape": [z, h, s, d, c], "top_k": 8, "expect_s": 90}
+             for z, h, s, d, c in ATTN_SHAPES]
     if exhaustive:
-        runs.append({"id": "gemm_exhaustive", "kind": "gemm_exhaustive"})
+        runs.append({"id": "gemm_exhaustive", "kind": "gemm_exhaustive", "expect_s": 200})
     return runs
+
+
+def timed(fn) -> float:
+    """Median ms by CUDA-graph replay (the dataset's timing), else Triton's do_bench."""
+    from costtune.measure.bench import graph_bench
+
+    try:
+        return float(graph_bench(fn))
+    except Exception:
+        torch.cuda.synchronize()
+        return float(triton.testing.do_bench(fn))
 
 
 def rel_err(out, ref) -> float:
@@ -249,10 +263,10 @@ def run_gemm(run: dict) -> dict:
     c = matmul(kernel, a, b)
     torch.cuda.synchronize()
     tune_s = time.perf_counter() - start
-    ms = graph_bench(lambda: matmul(kernel, a, b))
+    ms = timed(lambda: matmul(kernel, a, b))
     last = getattr(getattr(kernel, "early_config_prune", None), "last", None)
     return {"tune_s": tune_s, "chosen": text(kernel.best_config), "chosen_ms": ms,
-            "torch_ms": graph_bench(lambda: a @ b), "rel_err": rel_err(c, ref),
+            "torch_ms": timed(lambda: a @ b), "rel_err": rel_err(c, ref),
             "benchmarked": len(kernel.configs_timings),
             "kept": None if last is None else last.k,
             "dropped": None if last is None else len(last.dropped),
@@ -261,8 +275,6 @@ def run_gemm(run: dict) -> dict:
 
 
 def run_attention(run: dict) -> dict:
-    from costtune.measure.bench import graph_bench
-
     z, h, s, d, causal = run["shape"]
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(z, h, s, d, generator=gen).half().cuda() for _ in range(3))
@@ -282,7 +294,7 @@ def run_attention(run: dict) -> dict:
                       "kept": last.k, "knobs": {name: [str(x) for x in values]
                                                 for name, values in last.knobs.items()},
                       "rejected": dict(kernel.rejected), "warnings": last.warnings,
-                      "chosen_ms": graph_bench(again),
+                      "chosen_ms": timed(again),
                       "benchmarked_errors": config_errors(kernel, list(kernel.configs_timings),
                                                           q, k, v, causal, sm_scale, ref)}
     return out
@@ -323,9 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     for run in todo:
-        if time.perf_counter() - start > args.deadline_s:
-            print(f"deadline: {run['id']} and later left for a rerun", flush=True)
-            break
+        if time.perf_counter() - start + run["expect_s"] > args.deadline_s:
+            print(f"deadline: {run['id']} left for a rerun", flush=True)
+            continue
         t0 = time.perf_counter()
         try:
             result = run_gemm(run) if run["kind"].startswith("gemm") else run_attention(run)
