@@ -289,6 +289,9 @@ class ConfigPruner:
         if self.two_stage and k < len(alive):
             sub_order = self._stage2(launch, live, features, keys[alive], sub_order, decision,
                                      notes)
+            if knobs:  # stage 2 scores variants alike too
+                sub_order = spread_order(sub_order, known_keys=[known[i] for i in alive],
+                                         unknown_keys=[unknown[i] for i in alive])
             order = alive[sub_order]
         decision.kept = [keys[i] for i in order[:k]]
         return decision, order
@@ -363,9 +366,12 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     CPU, cached in ``cache_dir``, ``workers`` threads) with ``stage2_model`` (default:
     ``<model>_compiled`` for a shipped name such as "h200", else ``model``). ``widen``: k
     multiplier when the model may not apply here (None: keep all); ``range_margin``: octaves
-    beyond the training sizes still trusted (None: no check). ``preload``: start loading the
-    model now, in a background thread, so the first tuning call does not wait ~1.5-3 s for
-    xgboost's imports and the booster (``tune.preload``).
+    beyond the training sizes still trusted (None: no check, of sizes or of config values).
+    Configs that cannot launch are dropped before ranking (``tune.feasibility``); replacing a
+    kept config that fails anyway, and ``check=``, need ``costtune.autotune``, which owns the
+    benchmark loop. ``preload``: start loading the model now, in a background thread, so the
+    first tuning call does not wait ~1.5-3 s for xgboost's imports and the booster
+    (``tune.preload``).
 
     >>> import triton, costtune
     >>> @triton.autotune(configs=[triton.Config({"BLOCK_M": 64, "BLOCK_N": 64,
