@@ -9,7 +9,7 @@ set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
 { date -u; nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >>"$LOG"
 timeout 120 python3 -m pytest -q -m gpu tests/test_guard.py -p no:cacheprovider >>"$LOG" 2>&1
-timeout 420 python3 experiments/device/safety_h200.py --out "$OUT" --deadline-s 330 \
+timeout 420 python3 experiments/device/safety_h200.py --out "$OUT" --deadline-s 360 \
   ${EXHAUSTIVE:+--exhaustive} >>"$LOG" 2>&1
 date -u >>"$LOG"
 tail -5 "$LOG"
