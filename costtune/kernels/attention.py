@@ -23,6 +23,7 @@ import math
 from numbers import Integral
 from typing import Any
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -334,3 +335,32 @@ def config_space(problem: dict[str, Any] | None = None) -> ConfigSpace:
         constraints["block_m_le_next_pow2_s"] = lambda c: c["BLOCK_M"] <= max(64, cap)
         constraints["block_n_le_next_pow2_s"] = lambda c: c["BLOCK_N"] <= max(32, cap)
     return ConfigSpace(params, constraints=constraints)
+
+
+def shared_memory_floor(problem: dict[str, Any], config: dict[str, Any], *, dtype: str,
+                        aligned: dict[str, bool], arch: int = 90,
+                        warp_specialized: Any = False) -> int | np.ndarray:
+    """Bytes of shared memory this attention tiling needs at least once compiled (the
+    feasibility check's lower bound): the resident Q tile plus ``num_stages`` K and V tiles
+    when K and V load 16-aligned (``aligned["k"]`` and ``["v"]``, TMA descriptors included) on
+    sm_90 with 4 or 8 warps. On the dataset's 1,784 compiled attention rows this equals the
+    compiled size on every row, and a tutorial-06-style TMA kernel compiles to it plus 1 KiB
+    (experiments/feasibility.py). Where nothing was checked (unaligned K/V, other dtypes or
+    archs, num_stages <= 1, warp specialization with other than 8 warps) it claims nothing
+    (0). Vectorised: config values may be arrays.
+
+    >>> cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4}
+    >>> p = {"B": 1, "H": 1, "S": 1024, "D": 128, "causal": 0}
+    >>> shared_memory_floor(p, cfg, dtype="float16", aligned={"k": True, "v": True})
+    294912
+    """
+    stages = np.asarray(config["num_stages"], dtype=float)
+    bm, bn, warps = (np.asarray(config[k], dtype=float) for k in ("BLOCK_M", "BLOCK_N",
+                                                                  "num_warps"))
+    claim = ((arch == 90) & np.isin(warps, (4, 8)) & (stages > 1) & (dtype in DTYPES)
+             & bool(aligned.get("k", False) and aligned.get("v", False))
+             & ~(np.asarray(warp_specialized, dtype=bool) & (warps != 8)))
+    d = int(problem["D"])
+    size = dtype_of(dtype).itemsize if dtype in DTYPES else 0
+    out = np.where(claim, (stages * 2 * bn * d + bm * d) * size, 0).astype(np.int64)
+    return int(out) if out.ndim == 0 else out

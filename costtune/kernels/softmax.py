@@ -259,3 +259,22 @@ def config_space(problem: dict[str, Any] | None = None) -> ConfigSpace:
                                                       or c["BLOCK_N"] >= cols),
         })
     return ConfigSpace(params, constraints=constraints)
+
+
+def shared_memory_floor(problem: dict[str, Any], config: dict[str, Any], *, dtype: str,
+                        aligned: dict[str, bool], arch: int = 90,
+                        warp_specialized: Any = False) -> int | Any:
+    """Bytes of shared memory a softmax config needs at least (the feasibility check's lower
+    bound): none can be claimed. Rows live in registers; what shared memory holds (reduction
+    scratch, pipelined chunks) ranges down to 1/16 of the chunk on the dataset's compiled rows,
+    so the check never drops a softmax config for shared memory (threads still count).
+    Vectorised like the other families: an array of zeros for array values.
+
+    >>> shared_memory_floor({"rows": 8, "cols": 4096}, {"BLOCK_N": 1024, "ROWS_PER_PROG": 1,
+    ...     "num_warps": 4, "num_stages": 3}, dtype="float16", aligned={"x": True})
+    0
+    """
+    import numpy as np
+
+    shape = np.shape(config["num_stages"])
+    return 0 if shape == () else np.zeros(shape, dtype=np.int64)

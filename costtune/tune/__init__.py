@@ -1,6 +1,8 @@
 """The Triton boundary: how a launch is described (``launch``), which configs can run
-(``feasibility``), ranking and trust (``ranking``), the pruner and ``autotune`` (``pruner``),
-the parallel precompile, the model preload and harvest.
+(``feasibility``, ``trained``: values the training data had), ranking and trust (``ranking``),
+knobs the model cannot tell apart (``knobs``), the pruner (``pruner``, ``decision``),
+``autotune`` and its tuner that replaces failing configs and checks outputs (``autotune``,
+``tuner``, ``guard``), the parallel precompile, the model preload and harvest.
 """
 
 from __future__ import annotations

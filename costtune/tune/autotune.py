@@ -1,5 +1,6 @@
 """``costtune.autotune``: ``triton.autotune`` with costtune's pruning, a parallel precompile of
-the kept configs and GPU-only timing."""
+the kept configs, GPU-only timing, replacement of kept configs that fail and an optional
+output check (``tune.tuner``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ _PRUNE_OPTIONS = frozenset(inspect.signature(prune_configs_by).parameters)
 
 def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float = 8,
              model: Any = "h200", family: str | None = None, problem: ProblemSpec = None,
-             precompile: bool | int = True, bench: str = "graph",
+             precompile: bool | int = True, bench: str = "graph", check: Any = None,
              **options: Any) -> Callable[[Any], Any]:
     """``triton.autotune`` that benchmarks only the ``top_k`` configs the cost model ranks
     best and, on a GPU, first compiles them in parallel threads (``tune.precompile``; skipped
@@ -29,6 +30,14 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
     options wins over both. ``options``: any
     ``prune_configs_by`` option (``params``, ``two_stage``, ...) or ``triton.autotune``
     argument (``do_bench``, ...).
+
+    Never worse than exhaustive tuning: a kept config that fails to compile, does not fit or
+    fails to launch is replaced by the next-ranked one, so ``top_k`` configs that run are
+    benchmarked, and if all kept ones fail the next ones are tuned. ``check``: True or
+    ``{"outputs": [arg names], "reference": fn(args), "rtol": .., "atol": ..}`` also
+    launches each benchmarked config once on the call's inputs and compares the outputs
+    (with each other, or with the reference); a config that disagrees cannot win and is
+    named in a warning (``tune.guard``). ``tuner.rejected`` says what was set aside.
 
     >>> import triton, costtune
     >>> @costtune.autotune(configs=[triton.Config({"BLOCK_N": 1024})], key=["rows", "cols"],
@@ -52,7 +61,9 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
         raise ValueError(f"precompile must be True, False or a thread count >= 1, "
                          f"got {precompile!r}")
     from costtune.measure.bench import BENCH_CHOICES, graph_bench
+    from costtune.tune.guard import check_spec
 
+    spec = check_spec(check)
     if bench not in BENCH_CHOICES:
         raise ValueError(f"unknown bench {bench!r}; use one of {list(BENCH_CHOICES)}")
     tritons_timing = ("do_bench", "warmup", "rep", "use_cuda_graph")
@@ -60,16 +71,14 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
         triton_kw["do_bench"] = graph_bench  # Triton's own timing when the user set it up
 
     def decorator(fn: Any) -> Any:
+        from costtune.tune.tuner import SafeAutotuner
+
         # One pruner per kernel: its warnings and caches belong to that kernel.
         prune = prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)
-        tuner = triton.autotune(configs, key, prune_configs_by=prune, **triton_kw)(fn)
-        if precompile is not False:
-            from costtune.tune.precompile import precompile as run
-
-            threads = None if precompile is True else int(precompile)
-            prune["early_config_prune"].after_prune = (
-                lambda kept, named, kw, fam: run(tuner, kept, named_args=named, kwargs=kw,
-                                                 threads=threads))
-        return tuner
+        rest = {k: v for k, v in triton_kw.items() if k not in ("reset_to_zero", "restore_value")}
+        threads = precompile if precompile is False or precompile is True else int(precompile)
+        return SafeAutotuner(fn, fn.arg_names, configs, key, triton_kw.get("reset_to_zero"),
+                             triton_kw.get("restore_value"), prune_configs_by=prune,
+                             check=spec, precompile_threads=threads, **rest)
 
     return decorator

@@ -34,14 +34,18 @@ def can_precompile() -> bool:
 
 
 def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, Any],
-               kwargs: Mapping[str, Any], threads: int | None = None
+               kwargs: Mapping[str, Any], threads: int | None = None,
+               outcomes: list | None = None, min_configs: int = 2
                ) -> tuple[int, int] | None:
     """Compile ``configs`` of ``tuner`` (a triton Autotuner) for this call's arguments, in
     ``threads`` threads (default: one per usable core, at most one per config); returns
-    (compiled, submitted), or None when skipped (no GPU, the interpreter, fewer than two
-    configs, a kernel under another autotuner). A config whose compile fails, or that has a
-    ``pre_hook``, is left to the benchmark loop, which compiles it as it would have."""
-    if len(configs) < 2 or not can_precompile() or not _compiles_directly(tuner):
+    (compiled, submitted), or None when skipped (no GPU, the interpreter, fewer than
+    ``min_configs`` configs, a kernel under another autotuner). A config whose compile fails,
+    or that has a ``pre_hook``, is left to the benchmark loop, which compiles it as it would
+    have. ``outcomes``, when given, receives one entry per config: "ok", "failed" (the compile
+    raised), "too_big" (compiled, but needs more shared memory than this GPU has: it would
+    raise OutOfResources at launch) or None (not compiled here)."""
+    if len(configs) < min_configs or not can_precompile() or not _compiles_directly(tuner):
         return None
     from triton import AsyncCompileMode
     from triton.runtime._async_compile import active_mode
@@ -71,7 +75,25 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
             # interrupt); every later compile in this thread would then go to a closed pool.
             if active_mode.get() is mode:
                 active_mode.set(None)
+    if outcomes is not None:
+        outcomes.extend(_outcome(k) for k in kernels)
     return sum(_compiled(k) for k in kernels), len(configs)
+
+
+def _outcome(kernel: Any) -> str | None:
+    if kernel is None:
+        return None
+    compiled = kernel.kernel if hasattr(kernel, "future") else kernel
+    if compiled is None:
+        return "failed"
+    try:
+        from triton.compiler.compiler import max_shared_mem
+        from triton.runtime.driver import driver
+
+        limit = max_shared_mem(driver.active.get_current_device())
+        return "too_big" if compiled.metadata.shared > limit else "ok"
+    except Exception:  # cannot tell: the benchmark launch decides
+        return "ok"
 
 
 def _compiles_directly(tuner: Any) -> bool:

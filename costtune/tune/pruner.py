@@ -8,6 +8,10 @@ before anything compiles, and Triton benchmarks only the ``top_k`` best.
 
 How one tuning call is decided:
 
+0. Feasibility (``tune.feasibility``): configs whose launch options Triton or the GPU refuse
+   (num_warps not a power of two, over 1,024 threads, bools or fractions) are dropped, and,
+   once the family is known, those whose tile sizes are not positive integers or whose
+   shared-memory lower bound exceeds the GPU's limit. Nothing that can launch is dropped.
 1. Describe the launch (``tune.launch``): family (given, or told from the kernel's name or
    source and the config names), parameters (config or launch names as Triton's tutorials,
    Inductor and kernel libraries spell them), problem sizes (args named like the family's
@@ -15,37 +19,41 @@ How one tuning call is decided:
    operand's). Cannot tell, or a kernel of another kind -> keep all configs.
 2. Pick the model (``model.registry``; trust in ``tune.ranking``): missing, unreadable,
    another feature schema, or not trained on this family -> keep all configs.
-3. Doubts: a kernel declared as a family it does not read as (or of an unknown family), another
-   GPU or triton version, sizes more than ``range_margin`` octaves outside the training
-   range, a dtype the family's data lacks, a launch grid unlike the family's, a model
-   that needs compiled features without ``two_stage`` -> rank, but benchmark ``widen`` x k
-   (``widen=None``: all).
-4. Rank by static features; ties by config key. ``two_stage=True`` re-ranks a shortlist by
-   compiled features (AOT compile on the CPU, cached) when the model has them.
+3. Doubts: a kernel declared as a family it does not read as (or of an unknown family),
+   another GPU or triton version, sizes more than ``range_margin`` octaves outside the
+   training range, config values the training data never had (``tune.trained``), a dtype the
+   family's data lacks, a launch grid unlike the family's, a model that needs compiled
+   features without ``two_stage`` -> rank, but benchmark ``widen`` x k (``widen=None``: all).
+4. Rank by static features; ties by config key. Configs that differ only in knobs the model
+   does not know take one slot each while distinct ones remain (``tune.knobs``).
+   ``two_stage=True`` re-ranks a shortlist by compiled features (AOT compile on the CPU,
+   cached) when the model has them.
 
-Each fallback warns once per kernel (``CosttuneWarning``); the result is never empty and
-nothing here stops tuning: an unexpected error keeps all configs, with a warning.
+Each fallback warns once per kernel (``CosttuneWarning``), after the decision is made and
+where a filter that turns warnings into errors (``python -W error``) cannot escape: such a
+warning goes to the ``costtune`` logger instead. The result is never empty and nothing here
+stops tuning: an unexpected error keeps all configs that can launch, with a warning.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from costtune.hardware import current
+from costtune.tune import feasibility
+from costtune.tune.decision import PruneDecision, config_key, keep_count, warn
 from costtune.tune.kind import calling_tuner
+from costtune.tune.knobs import knob_message, knob_split, spread_order
 from costtune.tune.launch import (
     LaunchSpec,
     NotApplicable,
     ProblemSpec,
     call_args,
-    config_key,
     describe,
     family_params,
 )
@@ -53,26 +61,8 @@ from costtune.tune.preload import preload as start_preload
 from costtune.tune.preload import wait as wait_for_preload
 from costtune.types import CosttuneWarning
 
-__all__ = ["ConfigPruner", "CosttuneWarning", "PruneDecision", "prune_configs_by"]
-
-
-@dataclass
-class PruneDecision:
-    """What one ``early_config_prune`` call did (``ConfigPruner.last``)."""
-
-    n_configs: int
-    k: int
-    kept: list[str]  # config keys, best first
-    family: str | None = None
-    problem: dict[str, int] | None = None
-    dtype: str | None = None
-    scores: np.ndarray | None = None  # stage-1 scores, in the configs' order
-    stage2: bool = False
-    fallbacks: list[str] = field(default_factory=list)  # categories that applied
-    notes: list[tuple[str, str]] = field(default_factory=list)  # (category, message) of each
-    precompiled: tuple[int, int] | None = None  # (compiled, submitted) by costtune.autotune
-    elapsed_ms: float = math.nan  # pruning
-    precompile_ms: float = math.nan  # the parallel precompile after it
+__all__ = ["ConfigPruner", "CosttuneWarning", "PruneDecision", "keep_count",
+           "prune_configs_by"]
 
 
 class ConfigPruner:
@@ -110,7 +100,10 @@ class ConfigPruner:
         # list are computed once.
         self._configs: Sequence[Any] | None = None
         self._keys = np.zeros(0, dtype=object)
-        self._params: dict[str, tuple[list[dict[str, Any]], dict[str, np.ndarray]]] = {}
+        self._params: dict[str, tuple] = {}
+        self._refused: dict[int, str] = {}
+        self._traits: dict[str, np.ndarray] = {}
+        self._knobs: dict[str, tuple] = {}
         self._compiled: dict = {}
 
     def __call__(self, configs: Sequence[Any], named_args: Mapping[str, Any],
@@ -120,14 +113,15 @@ class ConfigPruner:
         try:
             wait_for_preload()  # a model still loading in the background: let it finish first
             decision, order = self._prune(configs, named_args, kwargs, notes)
-        except Exception as exc:  # never stop tuning: benchmark everything instead
+        except Exception as exc:  # never stop tuning: benchmark all that can launch instead
             notes.append(("error", f"pruning failed ({type(exc).__name__}: {exc})"))
-            decision = PruneDecision(len(configs), len(configs), list(self.config_keys(configs)))
-            order = np.arange(len(configs))
+            decision, order = self._fallback(configs, notes)
         kept = [configs[i] for i in order[: decision.k]]
+        decision.ranked = [int(i) for i in order]
         decision.fallbacks = list(dict.fromkeys(c for c, _ in notes))
         decision.notes = list(dict.fromkeys(notes))
-        self._warn(notes, f"benchmarking {len(kept)} of {len(configs)} configs")
+        decision.warnings = self._warn(notes, f"benchmarking {len(kept)} of {len(configs)} "
+                                       "configs")
         decision.elapsed_ms = (time.perf_counter() - start) * 1e3
         if self.after_prune is not None:
             start = time.perf_counter()
@@ -140,74 +134,164 @@ class ConfigPruner:
         self.last = decision
         return kept
 
+    def _fallback(self, configs: Sequence[Any], notes: list[tuple[str, str]]
+                  ) -> tuple[PruneDecision, np.ndarray]:
+        """Keep every config whose launch options can run (all of them if none can)."""
+        try:
+            refused = feasibility.refuse_options(configs)
+        except Exception:
+            refused = {}
+        alive = np.array([i for i in range(len(configs)) if i not in refused] or
+                         range(len(configs)), dtype=int)
+        texts = [feasibility.config_text(c) for c in configs]
+        decision = PruneDecision(len(configs), len(alive), [texts[i] for i in alive])
+        if len(alive) < len(configs):
+            decision.dropped = _dropped(configs, refused)
+            notes.append(("infeasible", feasibility.summary(configs, refused)))
+        return decision, alive
+
     def config_keys(self, configs: Sequence[Any]) -> np.ndarray:
         """Canonical keys of ``configs`` (the tie-break order)."""
         if self._configs is not configs or len(self._keys) != len(configs):
             self._keys = np.array([config_key(c) for c in configs], dtype=object)
-            self._configs, self._params = configs, {}
+            self._configs, self._params, self._knobs = configs, {}, {}
+            self._refused = feasibility.refuse_options(configs)
+            self._traits = feasibility.launch_traits(configs)
         return self._keys
 
     def _family_params(self, launch: Any, configs: Sequence[Any]
-                       ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-        """Per config the family's parameters, and the same as feature columns; kept while
-        Triton passes the same config list and the launch fixes the same parameters."""
+                       ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], dict[int, str]]:
+        """Per config the family's parameters, the same as feature columns (NaN for configs
+        that cannot launch) and {position: why} for those whose tile sizes are invalid; kept
+        while Triton passes the same config list and the launch fixes the same parameters."""
         from costtune.features.static import config_columns
 
         self.config_keys(configs)
-        key = (launch.family, *launch.rename.items(), *sorted(launch.meta.items()))
+        family = launch.family
+        key = (family, *launch.rename.items(), *sorted(launch.meta.items()))
         if key not in self._params:
-            params = family_params(launch.family, configs, rename=launch.rename,
-                                   meta=launch.meta)
-            self._params[key] = (params, config_columns(params))
+            params = family_params(family, configs, rename=launch.rename, meta=launch.meta)
+            valid = [i for i in range(len(configs)) if i not in self._refused]
+            invalid = {valid[j]: why for j, why in
+                       feasibility.invalid_sizes(family, [params[i] for i in valid]).items()}
+            ok = set(valid) - set(invalid)
+            columns = config_columns([params[i] if i in ok else {}
+                                      for i in range(len(configs))])
+            self._params[key] = (params, columns, invalid)
         return self._params[key]
 
     def _prune(self, configs: Sequence[Any], named_args: Mapping[str, Any],
                kwargs: dict[str, Any], notes: list[tuple[str, str]]
                ) -> tuple[PruneDecision, np.ndarray]:
-        from costtune.evaluate.metrics import rank_positions
-        from costtune.features.static import static_features_for
-        from costtune.tune.ranking import concerns, covers, load_noted, score, uses_compiled
+        from costtune.tune.ranking import concerns, covers, load_noted, uses_compiled
 
         n = len(configs)
         keys = self.config_keys(configs)
-        keep_all = (PruneDecision(n, n, list(keys)), np.arange(n))
-        if n <= 1:
-            return keep_all
+        refused = dict(self._refused)
+        alive = np.array([i for i in range(n) if i not in refused], dtype=int)
+        if not len(alive):
+            notes.append(("infeasible", "no config's launch options can run ("
+                          f"{feasibility.summary(configs, refused)}); keeping them all"))
+            return PruneDecision(n, n, list(keys)), np.arange(n)
+
+        def keep_alive() -> tuple[PruneDecision, np.ndarray]:
+            decision = PruneDecision(n, len(alive), [keys[i] for i in alive])
+            decision.dropped = _dropped(configs, refused)
+            return decision, alive
+
+        if refused:
+            notes.append(("infeasible", feasibility.summary(configs, refused)))
+        if len(alive) <= 1:
+            return keep_alive()
         args = call_args(named_args, kwargs)
         try:
-            launch = describe(self.spec, configs, args=args,
+            launch = describe(self.spec, [configs[i] for i in alive], args=args,
                               kernel=self.kernel or calling_tuner(), grid=kwargs.get("grid"))
-            params, columns = self._family_params(launch, configs)
+            params, columns, invalid = self._family_params(launch, configs)
         except NotApplicable as exc:
             notes.append((exc.category, str(exc)))
-            return keep_all
+            return keep_alive()
+        more = dict(invalid)
+        ok = np.array([i for i in alive if i not in invalid], dtype=int)
+        if len(ok):
+            over = feasibility.over_shared_limit(
+                launch.family, launch.problem, launch.dtype,
+                {c: v[ok] for c, v in columns.items()},
+                aligned=feasibility.operand_alignment(launch.family, args), target=current(),
+                traits={t: v[ok] for t, v in self._traits.items()})
+            more.update({int(ok[j]): why for j, why in over.items()})
+        if more:
+            refused.update(more)
+            if len(refused) == n:
+                notes.append(("infeasible", "every config looks unable to launch ("
+                              f"{feasibility.summary(configs, refused)}); keeping them all"))
+                return PruneDecision(n, n, list(keys)), np.arange(n)
+            alive = np.array([i for i in alive if i not in refused], dtype=int)
+            notes.append(("infeasible", feasibility.summary(configs, refused)))
         try:
             model, note = load_noted(self.model, launch.family)
         except Exception as exc:
             notes.append(("model", f"no usable cost model {self.model!r} "
                           f"({type(exc).__name__}: {exc})"))
-            return keep_all
+            return keep_alive()
         if note:
             notes.append(("model", note))
         if not covers(model, launch.family):
             notes.append(("model", f"cost model {self.model!r} was trained on "
                           f"{model.families_}, not {launch.family}"))
-            return keep_all
-        k = keep_count(self.top_k, n)
+            return keep_alive()
         doubts = [*launch.doubts, *concerns(model, launch, range_margin=self.range_margin)]
         if uses_compiled(model) and not self.two_stage:
             doubts.append(("features", f"cost model {self.model!r} needs compiled features; "
                            "without two_stage=True it ranks with them missing"))
-        features = static_features_for(launch.family, launch.problem, launch.dtype, params,
-                                       columns=columns)
+        return self._rank(model, launch, configs, args, kwargs, alive, params, columns,
+                          doubts, refused, notes)
+
+    def _rank(self, model: Any, launch: Any, configs: Sequence[Any], args: dict[str, Any],
+              kwargs: dict[str, Any], alive: np.ndarray, params: list[dict],
+              columns: dict[str, np.ndarray], doubts: list[tuple[str, str]],
+              refused: dict[int, str], notes: list[tuple[str, str]]
+              ) -> tuple[PruneDecision, np.ndarray]:
+        """Score the configs that can launch, widen k on doubts, spread untold knobs."""
+        from costtune.evaluate.metrics import rank_positions
+        from costtune.features.static import static_features_for
+        from costtune.tune.ranking import score
+        from costtune.tune.trained import config_doubts
+
+        n, keys = len(configs), self.config_keys(configs)
+        live = [params[i] for i in alive]
+        features = static_features_for(launch.family, launch.problem, launch.dtype, live,
+                                       columns={c: v[alive] for c, v in columns.items()})
+        live_scores = score(model, features)
+        sub_order = rank_positions(live_scores, keys[alive])
+        if launch.family not in self._knobs:
+            self._knobs[launch.family] = knob_split(configs, params)
+        known, unknown, knobs = self._knobs[launch.family]
+        if knobs:
+            sub_order = spread_order(sub_order, known_keys=[known[i] for i in alive],
+                                     unknown_keys=[unknown[i] for i in alive])
+            notes.append(("knobs", knob_message(knobs)))
+        k = min(keep_count(self.top_k, n), len(alive))
+        if self.range_margin is not None:  # values never trained on, among those kept
+            doubts += config_doubts(launch.family, {c: v[alive] for c, v in columns.items()},
+                                    among=sub_order[:k],
+                                    elems_per_thread=features["elems_per_thread"].to_numpy())
         if doubts:
             notes.extend(doubts)
-            k = n if self.widen is None else min(n, k * self.widen)
-        scores = score(model, features)
-        order = rank_positions(scores, keys)
+            k = len(alive) if self.widen is None else min(len(alive), k * self.widen)
+        order = alive[sub_order]
+        scores = np.full(n, np.nan)
+        scores[alive] = live_scores
         decision = PruneDecision(n, k, [], launch.family, launch.problem, launch.dtype, scores)
-        if self.two_stage and k < n:
-            order = self._stage2(launch, params, features, keys, order, decision, notes)
+        decision.dropped = _dropped(configs, refused)
+        decision.knobs = knobs
+        if self.two_stage and k < len(alive):
+            sub_order = self._stage2(launch, live, features, keys[alive], sub_order, decision,
+                                     notes)
+            if knobs:  # stage 2 scores variants alike too
+                sub_order = spread_order(sub_order, known_keys=[known[i] for i in alive],
+                                         unknown_keys=[unknown[i] for i in alive])
+            order = alive[sub_order]
         decision.kept = [keys[i] for i in order[:k]]
         return decision, order
 
@@ -245,23 +329,20 @@ class ConfigPruner:
         decision.stage2 = True
         return np.concatenate([short[sub], order[len(short):]])
 
-    def _warn(self, notes: list[tuple[str, str]], outcome: str) -> None:
+    def _warn(self, notes: list[tuple[str, str]], outcome: str) -> list[str]:
+        """Warn once per category; returns the messages."""
         new = [(c, m) for c, m in notes if c not in self._warned]
-        if new:
-            self._warned.update(c for c, _ in new)
-            text = "; ".join(dict.fromkeys(m for _, m in new))
-            warnings.warn(f"costtune: {text} -> {outcome}", CosttuneWarning, stacklevel=4)
+        if not new:
+            return []
+        self._warned.update(c for c, _ in new)
+        text = f"costtune: {'; '.join(dict.fromkeys(m for _, m in new))} -> {outcome}"
+        warn(text)
+        return [text]
 
 
-def keep_count(top_k: int | float, n: int) -> int:
-    """Configs to keep of ``n``: a float in (0, 1] is a fraction (rounded up), else a count;
-    always between 1 and ``n``.
-
-    >>> keep_count(0.01, 50), keep_count(0, 50), keep_count(8, 5), keep_count(1.0, 50)
-    (1, 1, 5, 50)
-    """
-    k = math.ceil(top_k * n) if isinstance(top_k, float) and top_k <= 1 else int(top_k)
-    return max(1, min(n, k))
+def _dropped(configs: Sequence[Any], refused: Mapping[int, str]) -> dict[str, str]:
+    """{config as given: why it cannot launch} (the canonical key would cast num_warps=4.0)."""
+    return {feasibility.config_text(configs[i]): why for i, why in sorted(refused.items())}
 
 
 def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str | None = None,
@@ -287,9 +368,12 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     CPU, cached in ``cache_dir``, ``workers`` threads) with ``stage2_model`` (default:
     ``<model>_compiled`` for a shipped name such as "h200", else ``model``). ``widen``: k
     multiplier when the model may not apply here (None: keep all); ``range_margin``: octaves
-    beyond the training sizes still trusted (None: no check). ``preload``: start loading the
-    model now, in a background thread, so the first tuning call does not wait ~1.5-3 s for
-    xgboost's imports and the booster (``tune.preload``).
+    beyond the training sizes still trusted (None: no check, of sizes or of config values).
+    Configs that cannot launch are dropped before ranking (``tune.feasibility``); replacing a
+    kept config that fails anyway, and ``check=``, need ``costtune.autotune``, which owns the
+    benchmark loop. ``preload``: start loading the model now, in a background thread, so the
+    first tuning call does not wait ~1.5-3 s for xgboost's imports and the booster
+    (``tune.preload``).
 
     >>> import triton, costtune
     >>> @triton.autotune(configs=[triton.Config({"BLOCK_M": 64, "BLOCK_N": 64,

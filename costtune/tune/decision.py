@@ -1,0 +1,84 @@
+"""What one pruning call decided (``PruneDecision``), how many configs it keeps
+(``keep_count``), and the warning that never raises (``warn``)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from costtune.types import CosttuneWarning
+
+__all__ = ["PruneDecision", "config_key", "keep_count", "warn"]
+
+log = logging.getLogger("costtune")
+
+
+@dataclass
+class PruneDecision:
+    """What one ``early_config_prune`` call did (``ConfigPruner.last``)."""
+
+    n_configs: int
+    k: int
+    kept: list[str]  # config keys, best first
+    family: str | None = None
+    problem: dict[str, int] | None = None
+    dtype: str | None = None
+    scores: np.ndarray | None = None  # stage-1 scores, in the configs' order
+    stage2: bool = False
+    fallbacks: list[str] = field(default_factory=list)  # categories that applied
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (category, message) of each
+    precompiled: tuple[int, int] | None = None  # (compiled, submitted) by costtune.autotune
+    elapsed_ms: float = math.nan  # pruning
+    precompile_ms: float = math.nan  # the parallel precompile after it
+    # Positions of every config that can launch, best first (kept = the first k): the
+    # replacements costtune.autotune takes when a kept config fails.
+    ranked: list[int] = field(default_factory=list)
+    dropped: dict[str, str] = field(default_factory=dict)  # config text -> why it cannot launch
+    knobs: dict[str, list] = field(default_factory=dict)  # knobs the model cannot tell apart
+    warnings: list[str] = field(default_factory=list)  # what was warned (or logged)
+    replaced: dict[str, str] = field(default_factory=dict)  # by costtune.autotune: config -> why
+
+
+def keep_count(top_k: int | float, n: int) -> int:
+    """Configs to keep of ``n``: a float in (0, 1] is a fraction (rounded up), else a count;
+    always between 1 and ``n``.
+
+    >>> keep_count(0.01, 50), keep_count(0, 50), keep_count(8, 5), keep_count(1.0, 50)
+    (1, 1, 5, 50)
+    """
+    k = math.ceil(top_k * n) if isinstance(top_k, float) and top_k <= 1 else int(top_k)
+    return max(1, min(n, k))
+
+
+def warn(text: str) -> None:
+    """``warnings.warn(text, CosttuneWarning)`` pointing at the user's call (the first frame
+    outside costtune and triton) that never raises: under a filter that turns warnings into
+    errors (``python -W error``, pytest's ``filterwarnings = error``) the message goes to the
+    ``costtune`` logger instead of into the user's tuning call."""
+    frame, level = sys._getframe(0), 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in (
+            "costtune", "triton"):
+        frame, level = frame.f_back, level + 1
+    try:
+        warnings.warn(text, CosttuneWarning, stacklevel=level)
+    except Exception:
+        log.warning("%s", text)
+
+
+def config_key(config: Any) -> str:
+    """The canonical key with the launch options a config sets (so configs varying only
+    num_ctas or maxnreg differ); the config as given when its values cannot be cast
+    (num_warps=None)."""
+    from costtune.tune.feasibility import config_text
+    from costtune.tune.launch import config_key as launch_key
+
+    try:
+        return launch_key(config)
+    except (TypeError, ValueError):
+        return config_text(config)

@@ -1,0 +1,246 @@
+"""The correctness guard behind ``costtune.autotune(check=...)``: on a tuning call, every config
+that benchmarked is also launched once on the call's own inputs and its outputs are compared,
+with the other configs' (majority vote) or with a reference the user gives. A config whose
+outputs disagree (NaN where the others are finite, a large error) cannot win.
+
+``check``:
+
+- ``True``: outputs are detected and compared across configs.
+- a dict with any of
+  ``outputs``: names of the kernel arguments it writes (default: every tensor argument, or
+  tensor under a TMA descriptor argument, whose contents a launch changes, found by comparing
+  each with a copy taken before);
+  ``reference``: ``fn(args) -> Tensor | Sequence[Tensor] | dict[name, Tensor]``, called once
+  with the call's arguments by name (tensors as they were before any config ran), giving the
+  expected outputs in ``outputs`` order (one tensor: the one output); without it, configs vote;
+  ``rtol``, ``atol``: two outputs agree when their non-finite entries match and
+  ``||a - b|| <= rtol * max(||a||, ||b||) + atol * sqrt(numel)`` (default rtol 1e-2, 5e-2 for
+  bfloat16, 1e-1 for 8-bit floats; atol 0; integer and bool outputs must match exactly).
+
+Votes: outputs that agree form a group; the largest group, if it holds more than half of the
+configs that ran, is right and every config outside it is wrong. With fewer than three voters
+``costtune.autotune`` launches more configs (untimed) to vote. Without a majority, only
+configs with NaN/inf where another config is finite are rejected. Every input tensor is put back
+as it was before each check launch and after the last, so in-place kernels see the same inputs.
+
+>>> spec = check_spec({"outputs": ["c_ptr"], "rtol": 1e-3})
+>>> spec.outputs, spec.rtol
+(('c_ptr',), 0.001)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CheckSpec", "OutputGuard", "check_spec", "tensors_of"]
+
+_KEYS = ("outputs", "reference", "rtol", "atol")
+_RTOL = {"bfloat16": 5e-2, "float8_e4m3fn": 1e-1, "float8_e5m2": 1e-1,
+         "float8_e4m3fnuz": 1e-1, "float8_e5m2fnuz": 1e-1}
+MIN_VOTERS = 3
+MAX_GROUPS = 16  # distinct outputs kept for comparison; more are wrong unless a majority forms
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    outputs: tuple[str, ...] | None = None
+    reference: Callable[[dict[str, Any]], Any] | None = None
+    rtol: float | None = None
+    atol: float = 0.0
+
+
+def check_spec(check: Any) -> CheckSpec | None:
+    """The parsed ``check=`` option (None when off); ValueError naming what is wrong."""
+    if check is None or check is False:
+        return None
+    if check is True:
+        return CheckSpec()
+    if not isinstance(check, Mapping):
+        raise ValueError(f"check must be True, False or a dict with keys {list(_KEYS)}, "
+                         f"got {type(check).__name__}")
+    unknown = sorted(set(check) - set(_KEYS))
+    if unknown:
+        raise ValueError(f"unknown check key(s) {unknown}; use {list(_KEYS)}")
+    outputs = check.get("outputs")
+    if outputs is not None:
+        if isinstance(outputs, str):
+            outputs = [outputs]
+        if not outputs or not all(isinstance(o, str) for o in outputs):
+            raise ValueError(f"check outputs must be argument names, got {outputs!r}")
+        outputs = tuple(outputs)
+    reference = check.get("reference")
+    if reference is not None and not callable(reference):
+        raise ValueError("check reference must be a callable(args) returning the outputs")
+    rtol, atol = check.get("rtol"), check.get("atol", 0.0)
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not value >= 0):
+            raise ValueError(f"check {name} must be a number >= 0, got {value!r}")
+    return CheckSpec(outputs, reference, None if rtol is None else float(rtol), float(atol))
+
+
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "clone") and hasattr(value, "copy_") and hasattr(value, "dtype")
+
+
+def tensors_of(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The tensors a launch can read or write, by argument name: tensor arguments, and the
+    tensor under a TMA descriptor argument (``TensorDescriptor.base``), named as the
+    descriptor (``check={"outputs": ["desc_o"]}``)."""
+    out = {}
+    for name, value in args.items():
+        if _is_tensor(value):
+            out[name] = value
+        elif _is_tensor(getattr(value, "base", None)):
+            out[name] = value.base
+    return out
+
+
+def _agree(a: Any, b: Any, *, rtol: float | None, atol: float) -> bool:
+    import torch
+
+    if a.shape != b.shape:
+        return False
+    if not (a.is_floating_point() or a.is_complex()):
+        return bool(torch.equal(a, b.to(a.dtype)))
+    name = str(a.dtype).removeprefix("torch.")
+    tol = _RTOL.get(name, 1e-2) if rtol is None else rtol
+    a64, b64 = a.detach().double(), b.detach().double().to(a.device)
+    fa, fb = torch.isfinite(a64), torch.isfinite(b64)
+    if not torch.equal(fa, fb):
+        return False
+    # Same non-finite entries: NaN where NaN, inf of the same sign.
+    if not bool((torch.isnan(a64) == torch.isnan(b64)).all()) or not bool(
+            (a64[~fa & ~torch.isnan(a64)] == b64[~fb & ~torch.isnan(b64)]).all()):
+        return False
+    diff = float(torch.linalg.vector_norm((a64 - b64)[fa]))
+    scale = max(float(torch.linalg.vector_norm(a64[fa])), float(torch.linalg.vector_norm(b64[fb])))
+    return diff <= tol * scale + atol * math.sqrt(max(1, a64.numel()))
+
+
+def _finite(outputs: Mapping[str, Any]) -> bool:
+    import torch
+
+    return all(bool(torch.isfinite(t).all()) for t in outputs.values()
+               if t.is_floating_point() or t.is_complex())
+
+
+class OutputGuard:
+    """Compares the outputs of one tuning call's configs. ``args``: the call's arguments by
+    name (the kernel's positional args and keyword args)."""
+
+    def __init__(self, spec: CheckSpec, args: Mapping[str, Any]) -> None:
+        self.spec = spec
+        self.tensors = tensors_of(args)
+        missing = [o for o in spec.outputs or () if o not in self.tensors]
+        if missing:
+            raise ValueError(f"check outputs {missing} are not tensor arguments of the kernel "
+                             f"(tensor arguments: {sorted(self.tensors)})")
+        self.before = {k: v.clone() for k, v in self.tensors.items()}
+        self.records: dict[str, bool] = {}  # config text -> its outputs are all finite
+        self.groups: list[tuple[dict[str, Any], list[str]]] = []  # (outputs, members)
+        self.wrong: dict[str, str] = {}
+        self._expected: dict[str, Any] | None = None
+        if spec.reference is not None:
+            self._expected = self._reference(dict(args))
+
+    def restore(self) -> None:
+        """Every tensor argument back to its contents before tuning."""
+        for name, tensor in self.tensors.items():
+            tensor.copy_(self.before[name])
+
+    def _reference(self, args: dict[str, Any]) -> dict[str, Any]:
+        got = self.spec.reference({**args, **{k: v.clone() for k, v in self.before.items()}})
+        names = list(self.spec.outputs or ())
+        if isinstance(got, Mapping):
+            return {k: v for k, v in got.items()}
+        got = [got] if _is_tensor(got) else list(got)
+        if not names and len(got) == 1:
+            return {"": got[0]}  # matched to the one output the launches write
+        if len(got) != len(names):
+            raise ValueError(f"check reference returned {len(got)} tensors for outputs "
+                             f"{names}; name the outputs with check={{'outputs': [...]}}")
+        return dict(zip(names, got))
+
+    def record(self, name: str, launch: Callable[[], Any]) -> None:
+        """Run ``launch`` (one launch of config ``name``) on the original inputs and judge or
+        group its outputs."""
+        self.restore()
+        launch()
+        if self.spec.outputs is not None:
+            out = {k: self.tensors[k].clone() for k in self.spec.outputs}
+        else:
+            out = {k: t.clone() for k, t in self.tensors.items() if not _same(t, self.before[k])}
+        self.records[name] = _finite(out)
+        if self._expected is not None:
+            why = self._against_reference(out)
+            if why:
+                self.wrong[name] = why
+            return
+        for outputs, members in self.groups:
+            if self._same_outputs(out, outputs):
+                members.append(name)
+                return
+        if len(self.groups) < MAX_GROUPS:
+            self.groups.append((out, [name]))
+
+    def _value(self, outputs: Mapping[str, Any], name: str) -> Any:
+        return outputs[name] if name in outputs else self.before[name]
+
+    def _same_outputs(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+        return all(_agree(self._value(a, n), self._value(b, n), rtol=self.spec.rtol,
+                          atol=self.spec.atol) for n in set(a) | set(b))
+
+    def _against_reference(self, out: Mapping[str, Any]) -> str:
+        expected = dict(self._expected or {})
+        if "" in expected:
+            if len(out) != 1:
+                return (f"cannot match the reference's one tensor to the {len(out)} outputs "
+                        f"{sorted(out)}; name them with check={{'outputs': [...]}}")
+            expected = {next(iter(out)): expected[""]}
+        for name, ref in expected.items():
+            got = self._value(out, name) if name in self.tensors else None
+            if got is None:
+                return f"the reference names {name!r}, not a tensor argument"
+            if not _agree(got, ref, rtol=self.spec.rtol, atol=self.spec.atol):
+                what = "NaN/inf" if not _finite({name: got}) else "a large error"
+                return f"{name} has {what} against the reference"
+        return ""
+
+    def judge(self) -> dict[str, str]:
+        """{config: why it is wrong} over every config recorded so far."""
+        if self._expected is not None:
+            return dict(self.wrong)
+        names = list(self.records)
+        grouped = {m for _, members in self.groups for m in members}
+        biggest = max(self.groups, key=lambda g: len(g[1]), default=None)
+        out = {}
+        if biggest is not None and 2 * len(biggest[1]) > len(names):
+            for name in names:
+                if name not in biggest[1]:
+                    detail = "" if name in grouped else " (one of too many distinct outputs)"
+                    out[name] = (f"its outputs disagree with {len(biggest[1])} of "
+                                 f"{len(names)} configs{detail}")
+            return out
+        if any(self.records[n] for n in names):
+            for name in names:
+                if not self.records[name]:
+                    out[name] = "NaN/inf in its outputs where other configs are finite"
+        return out
+
+    @property
+    def decided(self) -> bool:
+        """Whether the votes so far give a majority (always with a reference)."""
+        if self._expected is not None:
+            return True
+        biggest = max((len(m) for _, m in self.groups), default=0)
+        return 2 * biggest > len(self.records)
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b)) if a.dtype == b.dtype else False

@@ -1,0 +1,150 @@
+"""The config values the shipped models were trained on, and the doubt a config outside them
+raises (handled like a problem size out of range: warn once, benchmark ``widen`` x k).
+
+``costtune/models/trained_configs_h200.json`` holds, per family, every value each config
+parameter took in the training rows of ``datasets/h200`` (the rows the shipped models learned
+from) and the range of the accumulator elements per thread (tile / threads), so 256x256 tiles
+at 8 warps count as unseen even though 256 was seen on each side. It is generated, with its
+provenance, by::
+
+    python -m costtune.tune.trained datasets/h200 --out costtune/models/trained_configs_h200.json
+
+>>> cols = {"BLOCK_M": [512, 64], "BLOCK_N": [64, 64], "num_warps": [4, 4]}
+>>> for why in unseen_values("gemm", cols, elems_per_thread=[256.0, 32.0])[0].split("; "):
+...     print(why)
+BLOCK_M=512 (trained: 32, 64, 128, 256)
+256 accumulator elements per thread (trained: 4 to 128)
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["build", "config_doubts", "load_trained", "unseen_values"]
+
+FILE_NAME = "trained_configs_h200.json"
+_DERIVED = ("elems_per_thread",)
+
+
+@lru_cache(maxsize=1)
+def load_trained() -> dict[str, Any]:
+    """The shipped trained-config file's ``families`` part ({} when absent)."""
+    path = Path(str(resources.files("costtune") / "models" / FILE_NAME))
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text())["families"]
+
+
+def unseen_values(family: str, columns: Mapping[str, Any], *,
+                  elems_per_thread: Any = None, among: Sequence[int] | None = None,
+                  trained: Mapping[str, Any] | None = None) -> dict[int, str]:
+    """{position: what the training data lacked} for the configs (``columns``: each config
+    parameter as an array, one entry per config; ``among``: the positions to look at, default
+    all) holding a value the family's training rows never had, e.g.
+    "BLOCK_M=512 (trained: 32, 64, 128, 256)". Empty for an unknown family."""
+    trained = load_trained() if trained is None else trained
+    known = trained.get(family)
+    n = len(next(iter(columns.values()))) if columns else 0
+    picks = np.arange(n) if among is None else np.asarray(among, dtype=int)
+    if not known or not len(picks):
+        return {}
+    parts: dict[int, list[str]] = {}
+    for name, values in known["values"].items():
+        if name not in columns:
+            continue
+        v = np.asarray(columns[name], dtype=float)[picks]
+        for j in np.flatnonzero(np.isfinite(v) & ~np.isin(v, values)):
+            parts.setdefault(int(picks[j]), []).append(
+                f"{name}={v[j]:g} (trained: {', '.join(map(str, values))})")
+    lo, hi = known.get("ranges", {}).get("elems_per_thread", (-np.inf, np.inf))
+    if elems_per_thread is not None:
+        e = np.asarray(elems_per_thread, dtype=float)[picks]
+        for j in np.flatnonzero(np.isfinite(e) & ((e < lo) | (e > hi))):
+            parts.setdefault(int(picks[j]), []).append(
+                f"{e[j]:g} accumulator elements per thread (trained: {lo:g} to {hi:g})")
+    return {i: "; ".join(p) for i, p in sorted(parts.items())}
+
+
+def config_doubts(family: str, columns: Mapping[str, Any], *, elems_per_thread: Any = None,
+                  among: Sequence[int] | None = None,
+                  trained: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    """[("config", message)] when a config (of ``among``, default all) holds a value the
+    training data never had; [] otherwise."""
+    unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread, among=among,
+                           trained=trained)
+    if not unseen:
+        return []
+    shown = "; ".join(dict.fromkeys(list(unseen.values())[:3]))
+    return [("config", f"{len(unseen)} {family} config(s) with values outside the training "
+             f"data rank among those kept: {shown}")]
+
+
+def build(dataset: str | Path) -> dict[str, Any]:
+    """Per family: trained values of each config parameter and the range of elements per
+    thread, from the dataset's training rows with a time (status ok)."""
+    from costtune.features.static import static_features
+    from costtune.kernels import FAMILIES
+    from costtune.store.dataset import load_dataset
+    from costtune.tune.launch import FAMILY_PARAMS
+
+    out: dict[str, Any] = {}
+    for family in FAMILIES:
+        df = load_dataset(dataset, kernel=family)
+        df = df[(df["status"] == "ok") & (df["suite"] == "train")]
+        if not len(df):
+            continue
+        required, neutral = FAMILY_PARAMS[family]
+        names = [*required, *neutral, "num_warps", "num_stages"]
+        values = {n: sorted(int(v) for v in df[n].dropna().unique()) for n in names if n in df}
+        feats = static_features(df)
+        ranges = {c: [float(feats[c].min()), float(feats[c].max())] for c in _DERIVED}
+        out[family] = {"values": values, "ranges": ranges, "rows": int(len(df))}
+    return out
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the trained config values file.")
+    parser.add_argument("dataset", help="dataset folder, e.g. datasets/h200")
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    args = parser.parse_args(argv)
+    from costtune.model.xgb import dataset_hash
+    from costtune.store.dataset import load_dataset
+
+    families = build(args.dataset)
+    rows = load_dataset(args.dataset)
+    doc = {"provenance": {
+        "dataset": str(args.dataset), "rows": int(len(rows)),
+        "train_rows_ok": {f: v["rows"] for f, v in families.items()},
+        "dataset_hash": dataset_hash(rows), "git_commit": _git_commit(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": "python -m costtune.tune.trained " + " ".join(sys.argv[1:] if argv is None
+                                                                  else argv)},
+        "families": families}
+    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    counts = ", ".join(f"{f} {v['rows']} rows" for f, v in families.items())
+    print(f"wrote {args.out}: {counts}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,210 @@
+"""``SafeAutotuner``: Triton's ``Autotuner`` whose tuning never ends on a config that fails.
+
+Triton 3.6 benchmarks the pruned list in ``run`` and turns OutOfResources, compile-time
+assertions and ptxas errors into infinite times (``Autotuner._bench``); if the fastest of them
+is infinite it launches it anyway and the error reaches the user. Here ``prune_configs``
+(called by ``run`` once per new tuning key) benchmarks the kept configs itself, in rank order:
+
+- a kept config that fails to compile, does not fit (the parallel precompile reads its
+  shared memory before any launch), benchmarks as infinite or raises (a compiler pass that
+  fails for this config; exhaustive tuning would stop there) is replaced by the next-ranked
+  config (``PruneDecision.ranked``), until ``k`` configs ran or none are left;
+- with ``check``, each config that ran is launched once more on the call's inputs and its
+  outputs compared (``tune.guard``); a wrong one cannot win and is replaced the same way;
+- ``run`` then "benchmarks" only the configs that ran and were right, reading back the times
+  measured here, so Triton picks among them as usual (``configs_timings``, ``best_config``).
+
+If nothing can run, the kept list is returned unchanged and Triton fails exactly as exhaustive
+tuning would (the same error reaches the user). ``warmup`` and disk-cached results keep
+Triton's behaviour.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from triton.runtime.autotuner import Autotuner
+
+from costtune.tune.decision import warn
+from costtune.tune.feasibility import config_text, finite_time
+from costtune.tune.guard import MIN_VOTERS, CheckSpec, OutputGuard
+
+__all__ = ["SafeAutotuner"]
+
+_NOT_ARGS = ("grid", "warmup")
+
+
+class SafeAutotuner(Autotuner):
+    """``Autotuner`` with replacement of failing configs and the optional output check;
+    built by ``costtune.autotune``. ``rejected`` maps a config's text to why it was not
+    eligible in the latest tuning call."""
+
+    def __init__(self, *args: Any, check: CheckSpec | None = None,
+                 precompile_threads: int | None | bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.check, self.precompile_threads = check, precompile_threads
+        self.rejected: dict[str, str] = {}
+        self._tuning = False
+        self._timed: dict[int, Any] = {}
+        self._warned: set[str] = set()
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        self._tuning = True
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            self._tuning, self._timed = False, {}
+
+    def _bench(self, *args: Any, config: Any, **meta: Any) -> Any:
+        timed = self._timed.get(id(config))
+        return timed if timed is not None else super()._bench(*args, config=config, **meta)
+
+    def prune_configs(self, kwargs: dict) -> list[Any]:
+        kept = super().prune_configs(kwargs)
+        if not self._tuning or getattr(self, "nargs", None) is None:
+            return kept  # warmup(): compile what is kept, as Triton does
+        return self._tune(kept, kwargs)
+
+    def _decision(self) -> Any:
+        return getattr(self.early_config_prune, "last", None)
+
+    def _reserve(self, kept: Sequence[Any]) -> list[Any]:
+        """Configs to replace failing ones with, best first: the pruner's ranking of every
+        config that can launch, without those kept."""
+        decision = self._decision()
+        ranked = getattr(decision, "ranked", None) or []
+        ids = {id(c) for c in kept}
+        return [self.configs[i] for i in ranked if id(self.configs[i]) not in ids]
+
+    def _tune(self, kept: list[Any], kwargs: dict) -> list[Any]:
+        args = tuple(self.nargs.values())
+        call = {**self.nargs, **{k: v for k, v in kwargs.items() if k not in _NOT_ARGS}}
+        guard = OutputGuard(self.check, call) if self.check is not None else None
+        reserve, pending = self._reserve(kept), list(kept)
+        ran: list[Any] = []
+        failed: dict[str, str] = {}
+        first = True
+        try:
+            while pending:
+                self._try(pending, args, kwargs, ran=ran, failed=failed, guard=guard,
+                          first=first)
+                first = False
+                if guard is not None:
+                    self._vote(guard, reserve, args, kwargs)
+                wrong = guard.judge() if guard is not None else {}
+                missing = len(kept) - sum(config_text(c) not in wrong for c in ran)
+                pending, reserve = reserve[:max(0, missing)], reserve[max(0, missing):]
+        finally:
+            if guard is not None:
+                guard.restore()
+        wrong = guard.judge() if guard is not None else {}
+        good = [c for c in ran if config_text(c) not in wrong]
+        self._report(kept, failed, wrong, good)
+        return good or ran or kept
+
+    def _try(self, pending: list[Any], args: tuple, kwargs: dict, *, ran: list[Any],
+             failed: dict[str, str], guard: OutputGuard | None, first: bool) -> None:
+        """Benchmark ``pending`` (after a parallel precompile), in order."""
+        outcomes = self._precompile(pending, kwargs, first=first)
+        for config, outcome in zip(pending, outcomes):
+            text = config_text(config)
+            if outcome in ("failed", "too_big"):
+                failed[text] = ("does not fit in shared memory" if outcome == "too_big"
+                                else "failed to compile")
+                continue
+            try:
+                timing = Autotuner._bench(self, *args, config=config, **kwargs)
+            except Exception as exc:  # e.g. a compiler pass that fails for this config only
+                failed[text] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
+                continue
+            if not finite_time(timing):
+                failed[text] = "failed to compile or launch (OutOfResources or a compile error)"
+                continue
+            self._timed[id(config)] = timing
+            ran.append(config)
+            if guard is not None and text not in guard.records:
+                guard.record(text, lambda c=config: self._launch_once(c, args, kwargs))
+
+    def _vote(self, guard: OutputGuard, reserve: list[Any], args: tuple, kwargs: dict) -> None:
+        """Launch more configs (untimed, not removed from the reserve) until there are enough
+        voters and a majority, or four extra voters ran."""
+        extra = 0
+        for config in reserve:
+            if len(guard.records) >= MIN_VOTERS and (guard.decided or extra >= 4):
+                return
+            text = config_text(config)
+            if text in guard.records:
+                continue
+            try:
+                guard.record(text, lambda c=config: self._launch_once(c, args, kwargs))
+                extra += 1
+            except Exception:  # a voter that cannot launch says nothing
+                continue
+
+    def _launch_once(self, config: Any, args: tuple, kwargs: dict) -> None:
+        """One launch of ``config`` with the hooks Triton's benchmark runs around it."""
+        current = dict(kwargs, **config.all_kwargs())
+        full = {**self.nargs, **current}
+        if config.pre_hook:
+            config.pre_hook(full)
+        self.pre_hook(full)
+        exception = None
+        try:
+            self.fn.run(*args, **current)
+        except Exception as exc:
+            exception = exc
+            raise
+        finally:
+            self.post_hook(full, exception=exception)
+
+    def _precompile(self, configs: list[Any], kwargs: dict, *, first: bool) -> list[Any]:
+        """Per config the precompile's outcome (None: not precompiled)."""
+        if self.precompile_threads is False:
+            return [None] * len(configs)
+        from costtune.tune import precompile as module
+
+        threads = None if self.precompile_threads is True else int(self.precompile_threads)
+        outcomes: list[Any] = []
+        start = time.perf_counter()
+        try:
+            counts = module.precompile(self, configs, named_args=self.nargs, kwargs=kwargs,
+                                       threads=threads, outcomes=outcomes,
+                                       min_configs=2 if first else 1)
+        except Exception:  # precompiling only saves time: the benchmark compiles the rest
+            counts, outcomes = None, []
+        decision = self._decision()
+        if first and decision is not None:
+            decision.precompiled = counts
+            decision.precompile_ms = (time.perf_counter() - start) * 1e3
+        return outcomes if len(outcomes) == len(configs) else [None] * len(configs)
+
+    def _report(self, kept: list[Any], failed: dict[str, str], wrong: dict[str, str],
+                good: list[Any]) -> None:
+        self.rejected = {**failed, **{k: f"wrong output: {v}" for k, v in wrong.items()}}
+        decision = self._decision()
+        if decision is not None:
+            decision.replaced = dict(self.rejected)
+        parts = []
+        if failed:
+            shown = "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:3])
+            parts.append(f"{len(failed)} config(s) could not run and were replaced by the "
+                         f"next-ranked ({shown})")
+        if wrong:
+            shown = "; ".join(f"{k}: {v}" for k, v in wrong.items())
+            parts.append(f"check= rejected {len(wrong)} config(s) ({shown})")
+        if good and len(good) < len(kept) and not wrong:
+            parts.append(f"only {len(good)} of {len(kept)} configs could run")
+        if not good and wrong:
+            parts.append("every config that ran failed the check; the fastest of them is used")
+        elif not good:
+            parts.append("no config could run; Triton tunes the kept ones as exhaustive "
+                         "tuning would, and meets the same errors")
+        # Rejected outputs are named every time; failures once per kernel.
+        if parts and (wrong or "failed" not in self._warned):
+            self._warned.add("failed")
+            text = "costtune: " + "; ".join(parts)
+            if decision is not None:
+                decision.warnings.append(text)
+            warn(text)

@@ -1,0 +1,301 @@
+"""Feasibility before ranking: what surely cannot launch is never kept, nothing that can is
+dropped; configs the model cannot tell apart take one slot each; values the training data
+never had are a doubt; warnings never raise into the tuning call."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import triton
+
+import costtune
+from costtune.hardware import H200
+from costtune.model.features import config_rows
+from costtune.model.xgb import CostModel
+from costtune.tune import feasibility
+from costtune.tune.feasibility import meta_args, operand_alignment, shared_floor
+from costtune.tune.trained import build, load_trained
+from costtune.types import Config, CosttuneWarning
+
+DATASET = Path(__file__).resolve().parents[1] / "datasets" / "h200"
+LIMIT = H200.max_shared_per_block
+# The unfiltered GEMM list of the issue: 384 configs, 56 over the limit by the tutorial's
+# estimate stages * (BM*BK + BK*BN) * 2 bytes.
+UNFILTERED = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w,
+                            num_stages=s)
+              for m, n, k, w, s in itertools.product((32, 64, 128, 256), (32, 64, 128, 256),
+                                                     (32, 64, 128), (4, 8), (2, 3, 4, 5))]
+FIVE_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4096, 1024, 4096), (2048, 2048, 2048),
+               (1024, 8192, 4096)]
+
+
+def tutorial_estimate(c) -> int:
+    kw = c.kwargs
+    return c.num_stages * (kw["BLOCK_M"] * kw["BLOCK_K"] + kw["BLOCK_K"] * kw["BLOCK_N"]) * 2
+
+
+def gemm_args(m, n, k):
+    return {**meta_args("gemm", {"M": m, "N": n, "K": k}, "float16"), "M": m, "N": n, "K": k}
+
+
+def floor_of(config, m, n, k) -> int:
+    p = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+    return shared_floor("gemm", {"M": m, "N": n, "K": k}, p, dtype="float16",
+                        aligned=operand_alignment("gemm", gemm_args(m, n, k)), target=H200)
+
+
+def ours(record) -> list[str]:
+    return [str(w.message) for w in record if issubclass(w.category, CosttuneWarning)]
+
+
+@pytest.fixture
+def record():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+@pytest.fixture(scope="module")
+def compiled_rows() -> pd.DataFrame:
+    """Every dataset row with its compiled shared memory (features_<family>.parquet)."""
+    frames = []
+    for family in ("gemm", "softmax", "attention"):
+        rows = costtune.load_dataset(DATASET, kernel=family)
+        feats = pd.read_parquet(DATASET / f"features_{family}.parquet",
+                                columns=["workload", "config", "shared_bytes", "compile_status"])
+        frames.append(rows.merge(feats, on=["workload", "config"], validate="one_to_one"))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_the_unfiltered_list_is_the_issues():
+    assert len(UNFILTERED) == 384 and sum(tutorial_estimate(c) > LIMIT for c in UNFILTERED) == 56
+
+
+def test_floor_never_exceeds_the_compiled_size(compiled_rows):
+    """The lower bound each family's check drops by, against the shared memory every dataset
+    config compiled to: never above it (no config that can launch is dropped), and for aligned
+    GEMMs without split-K equal to it (so a config dropped there surely cannot launch)."""
+    from costtune.kernels import PROBLEM_KEYS
+
+    df = compiled_rows
+    assert (df["compile_status"] == "ok").all()
+    floors = np.zeros(len(df), dtype=np.int64)
+    for (kernel, _), group in df.groupby(["kernel", "workload"], sort=False):
+        first = group.iloc[0]
+        problem = {k: int(first[k]) for k in PROBLEM_KEYS[kernel]}
+        args = meta_args(kernel, problem, first["dtype"])
+        cols = {c: group[c].to_numpy(dtype=float) for c in
+                ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "ROWS_PER_PROG", "num_warps",
+                 "num_stages") if c in group}
+        floors[group.index] = shared_floor(kernel, problem, cols, dtype=first["dtype"],
+                                           aligned=operand_alignment(kernel, args), target=H200)
+    assert (floors <= df["shared_bytes"].to_numpy()).all()
+    gemm = (df["kernel"] == "gemm").to_numpy()
+    aligned = gemm & (df["K"] % 16 == 0).to_numpy() & (df["N"] % 16 == 0).to_numpy() & (
+        df["SPLIT_K"] == 1).to_numpy()
+    assert aligned.sum() > 15000
+    assert (floors[aligned] == df["shared_bytes"].to_numpy()[aligned]).all()
+    attention = (df["kernel"] == "attention").to_numpy()
+    assert (floors[attention] == df["shared_bytes"].to_numpy()[attention]).all()
+    assert (floors[gemm] == df["shared_bytes"].to_numpy()[gemm]).mean() > 0.95
+
+
+@pytest.mark.slow
+def test_the_floor_matches_an_aot_compile(tmp_path):
+    """AOT compiles for sm_90 (spawned workers, outside the interpreter): at 8192^3 the old top
+    pick (128x256x64, 5 stages) needs 245,760 B and cannot launch, with 4 stages it fits; at
+    1000^3 (unaligned rows) 5 stages compile to 49,152 B and launch."""
+    from costtune.features import compiled_features
+
+    cases = [((8192, 8192, 8192), 5, "out_of_resources"), ((8192, 8192, 8192), 4, "ok"),
+             ((1000, 1000, 1000), 5, "ok")]
+    rows = pd.DataFrame([{"kernel": "gemm", "workload": f"w{i}", "dtype": "float16", "M": m,
+                          "N": n, "K": k, "config": f"BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,"
+                          f"SPLIT_K=1,num_warps=8,num_stages={s}"}
+                         for i, ((m, n, k), s, _) in enumerate(cases)])
+    table = compiled_features(rows, workers=1, cache_dir=tmp_path)
+    for (shape, stages, status), (_, got) in zip(cases, table.iterrows()):
+        config = triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}, num_warps=8,
+                               num_stages=stages)
+        assert got["compile_status"] == status
+        assert got["shared_bytes"] == floor_of(config, *shape)
+    assert [floor_of(triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64},
+                                   num_warps=8, num_stages=s), 8192, 8192, 8192) > LIMIT
+            for s in (5, 4)] == [True, False]
+
+
+def with_split_k(configs):
+    """The configs as the hook scores them: the family's neutral SPLIT_K=1 filled in."""
+    return [Config({**c.kwargs, "SPLIT_K": 1}, num_warps=c.num_warps, num_stages=c.num_stages)
+            for c in configs]
+
+
+def test_unfiltered_list_keeps_nothing_that_cannot_launch(record):
+    """The goal on the five shapes: at k = 1, 4, 8 no kept config needs more shared memory
+    than the H200 has, where the model's own top k (what was kept before) holds several."""
+    model = CostModel.load_for("h200", "gemm")[0]
+    before = after = 0
+    for (m, n, k), top_k in itertools.product(FIVE_SHAPES, (1, 4, 8)):
+        pruner = costtune.prune_configs_by("h200", top_k, family="gemm")["early_config_prune"]
+        kept = pruner(UNFILTERED, gemm_args(m, n, k))
+        after += sum(floor_of(c, m, n, k) > LIMIT for c in kept)
+        ranked = model.top_k("gemm", {"M": m, "N": n, "K": k}, "float16",
+                             with_split_k(UNFILTERED), top_k)
+        before += sum(floor_of(c.to_triton(), m, n, k) > LIMIT for c in ranked)
+        assert len(kept) >= top_k and len(pruner.last.dropped) == 54
+    assert after == 0 and before > 0
+    messages = [m for m in ours(record) if "cannot launch" in m]
+    assert messages and "245,760 B" in " ".join(messages)
+
+
+@pytest.mark.slow
+def test_random_shapes_top_pick_always_launches():
+    """1,000 random aligned shapes (sizes multiples of 16, log-uniform over the training
+    range): the kept top pick never needs more shared memory than the H200 has."""
+    rng = np.random.default_rng(0)
+    lo, hi = np.log2([16, 256, 512]), np.log2([8192, 16384, 16384])
+    shapes = [tuple(int(16 * max(1, round(2 ** x / 16))) for x in rng.uniform(lo, hi))
+              for _ in range(1000)]
+    model = CostModel.load_for("h200", "gemm")[0]
+    pruner = costtune.prune_configs_by("h200", 1, family="gemm", widen=1)["early_config_prune"]
+    configs = with_split_k(UNFILTERED)
+    rows = pd.concat([config_rows("gemm", dict(zip("MNK", s)), "float16", configs)
+                      for s in shapes], ignore_index=True)
+    scores = model.predict(rows).reshape(len(shapes), len(configs))
+    before = after = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for s, row in zip(shapes, scores):
+            kept = pruner(UNFILTERED, gemm_args(*s))
+            after += floor_of(kept[0], *s) > LIMIT
+            before += floor_of(UNFILTERED[int(np.argmax(row))], *s) > LIMIT
+    assert after == 0 and before > 0
+
+
+def test_launch_options_triton_or_the_gpu_refuse(record):
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    with pytest.raises(AssertionError, match="power of 2"):
+        CUDAOptions(num_warps=3)  # what Triton does with num_warps=3
+    good = [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=w)
+            for w in (4, 8)]
+    bad = [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=w,
+                         num_stages=s)
+           for w, s in [(3, 3), (0, 3), (64, 3), (4.0, 3), (True, 3), (None, 3), (4, -1),
+                        (4, 1.5)]]
+    bad += [triton.Config({"BLOCK_M": v, "BLOCK_N": 64, "BLOCK_K": 32}) for v in (0, 1.5, True)]
+    bad += [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_ctas=0)]
+    pruner = costtune.prune_configs_by("h200", 8, family="gemm")["early_config_prune"]
+    kept = pruner(bad + good, gemm_args(512, 512, 512))
+    assert kept == good and len(pruner.last.dropped) == len(bad)
+    why = " ".join(pruner.last.dropped.values())
+    for word in ("num_warps=3 is not a power of two", "2048 threads", "num_warps=4.0",
+                 "num_warps=True", "num_stages=-1", "BLOCK_M=0", "BLOCK_M=1.5",
+                 "BLOCK_M=True", "num_ctas=0"):
+        assert word in why, word
+    assert len([m for m in ours(record) if "cannot launch" in m]) == 1
+    pruner(bad + good, gemm_args(512, 512, 512))
+    assert len(ours(record)) == 1  # once per kernel
+    # Nothing can launch: everything is kept (Triton then fails as it would without us).
+    only_bad = costtune.prune_configs_by("h200", 1, family="gemm")["early_config_prune"]
+    assert only_bad(bad[:3], gemm_args(512, 512, 512)) == bad[:3]
+
+
+@pytest.mark.parametrize("value", [1.5, True, 0])
+def test_problem_sizes_that_are_not_integers(value, record):
+    configs = UNFILTERED[:8]
+    pruner = costtune.prune_configs_by("h200", 1, family="gemm")["early_config_prune"]
+    kept = pruner(configs, {**gemm_args(512, 512, 512), "M": value})
+    assert kept == configs  # the launch cannot be described: every config is benchmarked
+    assert any(f"size M={value!r} is not a positive integer" in m for m in ours(record))
+
+
+def test_untold_knobs_take_one_slot_each(record):
+    """GROUP_SIZE_M and warp_specialize mean nothing to the model: the top 8 are 8 distinct
+    configs, the knobs' values vary across them, and one warning names the knobs."""
+    base = [c for c in UNFILTERED if tutorial_estimate(c) <= LIMIT]
+    configs = [triton.Config({**c.kwargs, "GROUP_SIZE_M": g, "warp_specialize": ws},
+                             num_warps=c.num_warps, num_stages=c.num_stages)
+               for c in base for g in (1, 8) for ws in (False, True)]
+    pruner = costtune.prune_configs_by("h200", 8, family="gemm", range_margin=None)
+    pruner = pruner["early_config_prune"]
+    kept = pruner(configs, gemm_args(1000, 1000, 1000))
+    distinct = {(tuple(sorted((k, v) for k, v in c.kwargs.items() if k.startswith("BLOCK"))),
+                 c.num_warps, c.num_stages) for c in kept}
+    assert len(kept) == 8 and len(distinct) == 8
+    assert {c.kwargs["GROUP_SIZE_M"] for c in kept} == {1, 8}
+    assert {c.kwargs["warp_specialize"] for c in kept} == {False, True}
+    assert pruner.last.knobs == {"GROUP_SIZE_M": [1, 8], "warp_specialize": [False, True]}
+    pruner(configs, gemm_args(2000, 1000, 1000))
+    messages = ours(record)
+    assert len(messages) == 1 and "GROUP_SIZE_M" in messages[0] and "warp_specialize" in \
+        messages[0]
+    # Once every distinct config is in, the variants follow: all 4 variants of the top config
+    # are kept before any config is left out entirely only when k covers them all.
+    ranked = [configs[i] for i in pruner.last.ranked]
+    assert len(ranked) == len(configs)
+
+
+def test_values_outside_the_training_data_are_a_doubt(record):
+    """256x256 tiles at 8 warps (256 accumulator elements per thread, trained up to 128),
+    BLOCK_M=512, num_warps=16 and num_stages=9 never appear in the training rows: when one
+    ranks among those kept, k is widened with one warning; when none does, nothing happens."""
+    odd = [triton.Config({"BLOCK_M": 512, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=8),
+           triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, num_warps=16),
+           triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, num_stages=9)]
+    pruner = costtune.prune_configs_by("h200", 1, family="gemm")["early_config_prune"]
+    assert len(pruner(odd, gemm_args(4096, 4096, 4096))) == 3  # widen=4, capped at 3
+    assert "config" in pruner.last.fallbacks
+    text = " ".join(ours(record))
+    for word in ("BLOCK_M=512", "num_warps=16", "num_stages=9"):
+        assert word in text or "outside the training data" in text
+    # At 4096^3 the 256x256 tiles rank in the model's top 8 of the unfiltered list.
+    pruner = costtune.prune_configs_by("h200", 8, family="gemm")["early_config_prune"]
+    kept = pruner(UNFILTERED, gemm_args(4096, 4096, 4096))
+    assert len(kept) == 32 and "elements per thread" in ours(record)[-1]
+    # Only trained values: no doubt.
+    trained = [c for c in UNFILTERED if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"]
+               <= 128 * 32 * c.num_warps and tutorial_estimate(c) <= LIMIT]
+    pruner = costtune.prune_configs_by("h200", 8, family="gemm")["early_config_prune"]
+    assert len(pruner(trained, gemm_args(4096, 4096, 4096))) == 8
+    assert pruner.last.fallbacks == []
+
+
+def test_trained_values_file_matches_the_dataset():
+    """The shipped file is what its generator computes from the dataset."""
+    assert build(DATASET) == load_trained()
+
+
+def test_warnings_never_raise_out_of_the_hook(caplog):
+    """Under python -W error / filterwarnings=error a doubt still widens k and a dropped
+    config is still dropped; the message goes to the costtune logger."""
+    configs = UNFILTERED
+    pruner = costtune.prune_configs_by("h200", 1, family="gemm")["early_config_prune"]
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="costtune"):
+        warnings.simplefilter("error")
+        kept = pruner(configs, gemm_args(65536, 4096, 4096))  # drops 54, M out of range
+    assert len(kept) == 4 and pruner.last.fallbacks == ["infeasible", "range"]
+    assert "cannot launch" in caplog.text and pruner.last.warnings
+
+
+def test_refuse_for_family_and_alignment():
+    a = torch.empty(64, 1000, dtype=torch.float16)
+    assert operand_alignment("gemm", {"a": a, "b": torch.empty(1000, 64)}) == {
+        "a": False, "b": True}
+    assert operand_alignment("gemm", {"a": a}) == {"a": False, "b": False}
+    params = [{"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 8,
+               "num_stages": s} for s in (4, 5)]
+    args = gemm_args(8192, 8192, 8192)
+    out = feasibility.refuse_for_family("gemm", {"M": 8192, "N": 8192, "K": 8192}, "float16",
+                                        params, args=args, target=H200)
+    assert list(out) == [1] and "245,760 B" in out[1]
+    unaligned = gemm_args(1000, 1000, 1000)
+    assert feasibility.refuse_for_family("gemm", {"M": 1000, "N": 1000, "K": 1000}, "float16",
+                                         params, args=unaligned, target=H200) == {}
