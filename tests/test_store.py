@@ -344,6 +344,8 @@ def test_only_the_layout_loads_and_strays_are_reported(tmp_path):
         text = str(record[0].message)
         assert str(stray) in text and str(odd) in text and "features.parquet" not in text
     assert store.strays() == sorted([stray, odd])
+    with pytest.warns(costtune.store.StoreWarning, match=re.escape(str(odd))):
+        assert len(load_dataset(tmp_path / "gemm")) == 4  # a kernel folder alone
     # A part whose metadata names another family than its folder is not trusted.
     (tmp_path / "attention").mkdir()
     moved = tmp_path / "attention" / part.name

@@ -1,6 +1,7 @@
 """Optuna studies over a ConfigSpace, measured on the GPU or replayed from a dataset: the
-study (``study``), space encoding, samplers with a model prior, and claims that let several
-workers share one study.
+study (``study``), space encoding, samplers with a model prior, claims that let several
+workers share one study (``claims``), and what makes a shared storage safe: opening it, the
+SQLite ask lock, heartbeats, failing dead workers' trials (``shared``).
 """
 
 from __future__ import annotations

@@ -282,8 +282,13 @@ def load_dataset(path: str | os.PathLike, *, kernel: str | None = None,
         df = load_parts([path], dedupe=dedupe, gpu=gpu, on_bad_part=on_bad_part)
     elif path.is_dir():
         store = Store(path, on_bad_part=on_bad_part)
-        own = [p for p in _files(path) if PART_RE.fullmatch(p.name)]
+        files = _files(path)
+        own = [p for p in files if PART_RE.fullmatch(p.name)]
         if own and not store.parts():  # a kernel folder (or a copy of one)
+            odd = sorted(p for p in files if p.suffix == ".parquet" and p not in own)
+            if odd:
+                warnings.warn(f"{len(odd)} parquet file(s) not named like a part not loaded: "
+                              + ", ".join(map(str, odd)), StoreWarning, stacklevel=2)
             df = load_parts(own, dedupe=dedupe, gpu=gpu, on_bad_part=on_bad_part)
         else:
             df = store.load(kernel, dedupe=dedupe, gpu=gpu)
