@@ -24,7 +24,8 @@ import pandas as pd
 from sklearn.base import clone
 from sklearn.model_selection import GroupKFold
 
-from costtune.evaluate.metrics import rankings_from_scores, topk_scores, topk_table
+from costtune.evaluate import topk_scores, topk_table
+from costtune.evaluate.metrics import rankings_from_scores
 from costtune.evaluate.protocols import shape_groups
 from costtune.kernels import FAMILIES
 from costtune.model import CostModel
@@ -40,7 +41,7 @@ TILE_PARAMS = {"gemm": ("BLOCK_M", "BLOCK_N"), "attention": ("BLOCK_M", "BLOCK_N
 def tile_key(family: str, config: str | Mapping[str, Any]) -> tuple:
     """The tile shape of ``config`` (a canonical key string or a parameter mapping)."""
     if isinstance(config, str):
-        from costtune.features.static import parse_config_key
+        from costtune.features import parse_config_key
 
         config = parse_config_key(config).as_dict()
     return tuple(config.get(p) for p in TILE_PARAMS.get(family, ()))

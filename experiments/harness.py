@@ -51,7 +51,7 @@ def command(argv: list[str] | None = None) -> str:
     ...`` for a module started with -m, else ``python <script> ...``."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if argv is None and spec is not None and spec.name:
-        return shlex.join(["python", "-m", spec.name, *sys.argv[1:]])
+        return shlex.join(["python", "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]])
     argv = list(sys.argv if argv is None else argv)
     return shlex.join(["python", relative(argv[0]), *argv[1:]]) if argv else "python"
 

@@ -1,7 +1,7 @@
 """How fast does each search strategy find a workload's best config? Replay on CPU.
 
 For every test-suite shape (one dtype per shape) of the H200 dataset, each strategy searches the
-family's config space through ``costtune.search.study.ConfigStudy`` with a ``ReplayRunner``: each
+family's config space through ``costtune.ConfigStudy`` with a ``ReplayRunner``: each
 measured trial returns the recorded time. After k measured trials (k = 1..64) we record
 ``exhaustive best time / best time found`` (1.0 = the best config of the full sweep; 0 = no OK
 config yet). Strategies: random, TPE, CMA-ES, GP (Optuna samplers on the index space), model
@@ -31,7 +31,6 @@ import costtune
 from costtune.evaluate import train_default
 from costtune.model import CostModel
 from costtune.model.xgb import dataset_hash
-from costtune.search.study import ConfigStudy
 from experiments import harness
 
 KS = (1, 2, 4, 8, 16, 32, 64)
@@ -97,7 +96,7 @@ def run_workload(task: tuple) -> list[dict]:
         for seed in range(seeds):
             t0 = time.perf_counter()
             # Once the exhaustive best is found the ratio stays 1: stop there (saves CPU).
-            result = ConfigStudy(w, runner, space=space, seed=seed, **options).optimize(
+            result = costtune.ConfigStudy(w, runner, space=space, seed=seed, **options).optimize(
                 n, target_ms=best)
             rows.append({"workload": wid, "kernel": kernel, "strategy": name, "seed": seed,
                          "curve": curve(result.history, best, n=n),

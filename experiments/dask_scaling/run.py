@@ -43,8 +43,6 @@ def collect(workloads: list, run: dict[str, Any], args: argparse.Namespace, work
             ) -> tuple[pd.DataFrame, dict, dict]:
     """One collection of ``run`` (plan.runs): its rows (with the GPU and the task's wall
     split per workload), collect_dask's summary and the first part's metadata."""
-    from costtune.collect.dask import collect_dask
-
     n_gpus, order = run["n_gpus"], run["order"]
     store_dir = work / f"store_{run['label']}"
     shutil.rmtree(store_dir, ignore_errors=True)  # a run cut short starts over
@@ -68,7 +66,7 @@ def collect(workloads: list, run: dict[str, Any], args: argparse.Namespace, work
             shutil.rmtree(cache, ignore_errors=True)
         kw.update(worker_env={"TRITON_CACHE_DIR": str(cache)})
     before = host_cpu_times()
-    summary = collect_dask(workloads, store, **kw)
+    summary = costtune.collect_dask(workloads, store, **kw)
     summary["host_cpu"] = host_cpu_use(before, host_cpu_times())
     metas = [store.part_meta(p) for p in store.parts()]
     device = {m["workload"]: m.get("cuda_visible_devices") for m in metas}

@@ -174,7 +174,7 @@ def retime_one(spec: dict[str, Any], *, reps: int, rounds: int) -> dict[str, Any
     import random
 
     from costtune.env import environment
-    from costtune.features.static import parse_config_key
+    from costtune.features import parse_config_key
     from costtune.measure.gpu import make_flush_buffer, time_graph
 
     fam = costtune.get_family(spec["family"])
