@@ -6,7 +6,8 @@ module is imported), then sets itself up -- nothing, an idle wait (data loading,
 or a fixed amount of torch CPU work (model building) -- and then makes the first tuning call's
 pruning exactly as Triton does. Reports the first call's milliseconds and the setup's seconds
 (so a preload that slowed the setup down would show). CPU-only: the hook runs on the host CPU.
-Writes experiments/results/first_prune.{md,csv}.
+Each run's table is kept in results/raw/first_prune/<cpu>_<date>.csv; writes
+experiments/results/first_prune.{md,csv} (this run, and every recorded run).
 
     python -m experiments.bench_first_prune [--repeats 3] [--setup-s 3]
 """
@@ -83,18 +84,42 @@ def measure(*, repeats: int, setup_s: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def record(table: pd.DataFrame, args: argparse.Namespace) -> pd.DataFrame:
+    """This run's rows with where and when they were measured (one raw file per run)."""
+    env = harness.environment()
+    return table.assign(first_ms_all=table["first_ms_all"].astype(str), date=env["date"],
+                        costtune_commit=(env.get("costtune_commit") or "")[:7],
+                        dirty=bool(env.get("costtune_dirty")), cores=os.cpu_count(),
+                        repeats=args.repeats, setup_target_s=args.setup_s,
+                        hostname=env["hostname"], command=harness.command())
+
+
+def earlier_runs(raw: Path) -> pd.DataFrame:
+    """Every recorded run (results/raw/first_prune/*.csv): first-call ms by setup/preload."""
+    runs = pd.concat([pd.read_csv(p) for p in sorted(raw.glob("*.csv"))], ignore_index=True)
+    runs["row"] = runs["setup"] + (" preload " + runs["preload"].map({True: "yes",
+                                                                      False: "no"}))
+    wide = runs.pivot_table(index=["date", "costtune_commit", "cores", "repeats"],
+                            columns="row", values="first_ms", aggfunc="first")
+    return wide.round(0).reset_index()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--setup-s", type=float, default=3.0)
     ap.add_argument("--out", type=Path, default=harness.RESULTS, help="folder of the report")
     args = ap.parse_args()
-    table = measure(repeats=args.repeats, setup_s=args.setup_s)
-    shown = table.assign(preload=table["preload"].map({True: "yes", False: "no"}),
-                         first_ms=table["first_ms"].round(0).astype(int),
-                         first_ms_all=table["first_ms_all"].astype(str)).rename(columns={
-        "setup_s": "setup s", "first_ms": "first pruning call ms",
-        "first_ms_all": "each run ms"})
+    table = record(measure(repeats=args.repeats, setup_s=args.setup_s), args)
+    raw = args.out / "raw" / "first_prune"
+    raw.mkdir(parents=True, exist_ok=True)
+    table.to_csv(raw / f"cpu_{os.cpu_count()}cores_{table['date'][0][:16].replace(':', '')}.csv",
+                 index=False)
+    shown = table[["setup", "preload", "setup_s", "first_ms", "first_ms_all"]].assign(
+        preload=table["preload"].map({True: "yes", False: "no"}),
+        first_ms=table["first_ms"].round(0).astype(int)).rename(columns={
+            "setup_s": "setup s", "first_ms": "first pruning call ms",
+            "first_ms_all": "each run ms"})
     lines = [
         "# First pruning call in a fresh process (CPU measurement)", "",
         harness.provenance(), f"- CPU: {os.cpu_count()} cores visible.", "",
@@ -104,7 +129,9 @@ def main() -> None:
         f"({args.setup_s:g} s wait: data loading, CUDA init); `busy` (a fixed amount of torch "
         f"CPU work, ~{args.setup_s:g} s alone). Medians of {args.repeats} processes per row, "
         "runs with and without the preload alternating.", "",
-        harness.md_table(shown, floatfmt=".2f"), ""]
+        "## This run", "", harness.md_table(shown, floatfmt=".2f"), "",
+        "## Every run recorded (median first-call ms; results/raw/first_prune/)", "",
+        harness.md_table(earlier_runs(raw), floatfmt=".0f"), ""]
     harness.write_report("first_prune", lines, table, out=args.out)
     print("\n".join(lines))
 

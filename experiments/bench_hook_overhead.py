@@ -4,7 +4,7 @@ Calls the hook exactly as Triton does (configs, named args, ``grid=``, ``warmup=
 GEMM test-suite shape, repeatedly, and reports the first call (model load, config keys) and the
 steady state per tuning call (static features + one batched prediction + ranking). Goal: <= 10 ms.
 This is a host-CPU measurement: the hook runs on the CPU in real use as well, but a GPU host's
-CPU is not this one. Each host's run is a record in results/raw/hook_overhead/<label>.json
+CPU is not this one. Each run is a record in results/raw/hook_overhead/<label>_<date>.json
 (the H200 host's among them); hook_overhead.{md,csv} show this run and every record.
 
     python -m experiments.bench_hook_overhead [--model h200|PATH] [--configs 1000] [--repeats 20]
@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import time
 import warnings
 from pathlib import Path
@@ -70,9 +69,9 @@ def time_calls(prune, configs, *, shapes, repeats: int) -> dict[str, float]:
             else:
                 wall.append(w)
                 cpu.append(c)
-    return {"first": first, "median": statistics.median(wall),
+    return {"first": first, "median": float(np.median(wall)),
             "p90": float(np.percentile(wall, 90)), "min": min(wall),
-            "cpu_median": statistics.median(cpu), "n": len(wall)}
+            "cpu_median": float(np.median(cpu)), "n": len(wall)}
 
 
 def time_parts(model, configs, *, shapes, repeats: int) -> tuple[float, float]:
@@ -89,7 +88,7 @@ def time_parts(model, configs, *, shapes, repeats: int) -> tuple[float, float]:
             c2 = time.process_time()
             feats.append((c1 - c0) * 1e3)
             infer.append((c2 - c1) * 1e3)
-    return statistics.median(feats), statistics.median(infer)
+    return float(np.median(feats)), float(np.median(infer))
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -138,8 +137,9 @@ def run_table(r: dict[str, Any]) -> pd.DataFrame:
 
 def report_lines(r: dict[str, Any], records: pd.DataFrame) -> list[str]:
     ok = r["median"] <= GOAL_MS
-    hosts = records[["host", "median", "p90", "min", "cpu_median", "features_ms",
-                     "inference_ms", "first", "n", "cpu", "cores", "costtune_commit", "date"]]
+    hosts = records[["host", "date", "median", "p90", "min", "cpu_median", "features_ms",
+                     "inference_ms", "first", "n", "cpu", "cores", "costtune_commit"]]
+    hosts = hosts.assign(costtune_commit=hosts["costtune_commit"].fillna("").str[:7])
     return [
         "# Pruning-hook overhead (CPU measurement)", "", harness.provenance(), "",
         f"`early_config_prune` of `costtune.prune_configs_by(top_k={r['top_k']}, "
@@ -158,7 +158,7 @@ def report_lines(r: dict[str, Any], records: pd.DataFrame) -> list[str]:
         "300 trees: cross-validation on the train suite scored 150 trees lower (top1 0.954 "
         "vs 0.969, experiments/results/model_selection.md), and a few ms are small against the "
         "seconds of compiling even one config.", "",
-        "## Every host measured (ms; one record per host in results/raw/hook_overhead/)", "",
+        "## Every run recorded (ms; one record per run in results/raw/hook_overhead/)", "",
         harness.md_table(hosts, floatfmt=".2f"), "",
         "## Provenance of this run", "",
         "This is a **CPU measurement** of host-side work: the hook runs on the host CPU before "
@@ -177,9 +177,9 @@ def report_lines(r: dict[str, Any], records: pd.DataFrame) -> list[str]:
 
 
 def load_records(raw: Path) -> pd.DataFrame:
-    """Every host's record (results/raw/hook_overhead/*.json), one row each."""
+    """Every run's record (results/raw/hook_overhead/<host>_<date>.json), one row each."""
     recs = [json.loads(p.read_text()) for p in sorted(raw.glob("*.json"))]
-    return pd.DataFrame(recs).sort_values("host").reset_index(drop=True)
+    return pd.DataFrame(recs).sort_values(["host", "date"]).reset_index(drop=True)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
                         "<cpu|gpu>_host_<N>cores)")
     parser.add_argument("--out", type=Path, default=harness.RESULTS,
                         help="folder of hook_overhead.{md,csv}; the record goes to "
-                        "<out>/raw/hook_overhead/<label>.json")
+                        "<out>/raw/hook_overhead/<label>_<date>.json")
     args = parser.parse_args(argv)
     r = measure(args)
     print(f"early_config_prune, {r['configs']} GEMM configs: median {r['median']:.2f} ms "
@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"{r['features_ms']:.2f} ms, model inference {r['inference_ms']:.2f} ms CPU")
     raw = args.out / "raw" / "hook_overhead"
     raw.mkdir(parents=True, exist_ok=True)
-    (raw / f"{r['host']}.json").write_text(json.dumps(r, indent=1, default=str) + "\n")
+    stamp = r["date"][:16].replace(":", "")  # one record per run: none is overwritten
+    (raw / f"{r['host']}_{stamp}.json").write_text(json.dumps(r, indent=1, default=str) + "\n")
     records = load_records(raw)
     md = harness.write_report("hook_overhead", report_lines(r, records), records, out=args.out)
     print(f"wrote {md} and .csv")

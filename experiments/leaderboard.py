@@ -106,7 +106,7 @@ def main() -> None:
           "- Measured: TenSet top-k score Σ L* / Σ L(k) over the test-suite workloads "
           f"({', '.join(f'{k} {v}' for k, v in n_test.items())}), L from the dataset's GPU "
           "times; worst8 is the lowest per-workload L*/L(8). Not measured here: autotune wall "
-          "time (see pareto.md, prune_vs_exhaustive.py) — this is ranking quality only.",
+          "time (see pareto.md, prune_vs_exhaustive.md) — this is ranking quality only.",
           "", f"Names: `costtune` is the shipped model `{args.model}` as the pruning hook loads "
           "it (`CostModel.load_for(name, family)`: the family's own booster when one ships, "
           "else the cross-family one; which ships was chosen by cross-validation on the train "

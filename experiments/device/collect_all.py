@@ -7,7 +7,8 @@ Three steps, from the repository root:
         gemm:train gemm:test softmax:train softmax:test attention:train attention:test  # GPU
     PYTHONPATH=. python3 experiments/device/collect_all.py report [--store datasets/h200]
 
-``plan`` counts, per kernel:suite, the workloads and configs the store does not hold yet.
+Without a step name the arguments go to ``run`` (the form datasets/h200/DATASHEET.md
+records). ``plan`` counts, per kernel:suite, the workloads and configs the store does not hold yet.
 ``run`` measures them: the store lives in .device/store (git-ignored, so it survives between
 calls while the machine is warm) and starts from the committed datasets/h200; after every
 workload the parts measured in this call are packed into $OUT/parts.tar for fetching into
@@ -141,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--gpus", type=int, default=None, help="number of GPUs (default all)")
         default = Path(".device/store") if step == "run" else harness.DATASET
         p.add_argument("--store", type=Path, default=default)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] not in ("plan", "run", "report", "-h", "--help"):
+        argv = ["run", *argv]  # the command datasets/h200/DATASHEET.md records (no step)
     args = ap.parse_args(argv)
     return {"plan": plan, "run": run, "report": report}[args.step](args)
 
