@@ -3,7 +3,7 @@
 Writes experiments/results/dataset_summary.{md,csv}; the figures quoted in
 datasets/h200/DATASHEET.md come from here.
 
-    python experiments/dataset_summary.py [--dataset datasets/h200]
+    python -m experiments.dataset_summary [--dataset datasets/h200]
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 import costtune
+from experiments import harness
 
-RESULTS = Path(__file__).resolve().parent / "results"
 # The sizes each family tiles over (where a non-multiple of 16 means masking).
 TILED = {"gemm": ["M", "N", "K"], "softmax": ["cols"], "attention": ["S"]}
 
@@ -69,21 +69,18 @@ def shapes(df: pd.DataFrame) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", type=Path, default=Path("datasets/h200"))
+    ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     args = ap.parse_args()
-    df = costtune.load_dataset(args.dataset)
+    df = harness.load_dataset(args.dataset)
     cov, noi, cst = coverage(df), noise(df), cost(df)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    cov.to_csv(RESULTS / "dataset_summary.csv", index=False)
-    md = ["# Dataset summary", "", f"Source: `{args.dataset}`, {len(df)} rows. Regenerate with "
-          "`python experiments/dataset_summary.py`.", "", "## Coverage", "",
-          cov.to_markdown(index=False), "", "## Shapes", "", shapes(df), "",
-          "## Timing noise (relative)", "", noi.to_markdown(index=False, floatfmt=".4f"), "",
+    md = ["# Dataset summary", "", harness.provenance(dataset=args.dataset, n_rows=len(df)),
+          "", "## Coverage", "", harness.md_table(cov), "", "## Shapes", "", shapes(df), "",
+          "## Timing noise (relative)", "", harness.md_table(noi, floatfmt=".4f"), "",
           "## Collection cost", "",
           "GPU-worker seconds per kernel (two H200s ran in parallel, so wall time was about "
           "half); compile wall is the parallel precompile inside each workload.", "",
-          cst.to_markdown(index=False, floatfmt=".1f"), ""]
-    (RESULTS / "dataset_summary.md").write_text("\n".join(md))
+          harness.md_table(cst, floatfmt=".1f"), ""]
+    harness.write_report("dataset_summary", md, cov)
     print("\n".join(md))
 
 

@@ -10,27 +10,26 @@ score from the H200 dataset's times, out of fold on the train suite (shape-group
 shipped model's settings refitted per fold: what selects a default) and, for the record, on
 the test suite with the shipped model. Writes experiments/results/diverse_topk.{md,csv}.
 
-    python experiments/diverse_topk.py [--folds 5]
+    python -m experiments.diverse_topk [--folds 5]
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from report_header import provenance
 from sklearn.base import clone
 from sklearn.model_selection import GroupKFold
 
-import costtune
-from costtune.evaluate.metrics import rankings_from_scores, topk_scores, topk_table
+from costtune.evaluate import topk_scores, topk_table
+from costtune.evaluate.metrics import rankings_from_scores
 from costtune.evaluate.protocols import shape_groups
 from costtune.kernels import FAMILIES
 from costtune.model import CostModel
+from experiments import harness
 
 ORDERS = ("score", "tiles", "score2+tiles", "score4+tiles")
 # The parameters that set a config's tile shape, per family (the rest: warps, stages, K step,
@@ -42,7 +41,7 @@ TILE_PARAMS = {"gemm": ("BLOCK_M", "BLOCK_N"), "attention": ("BLOCK_M", "BLOCK_N
 def tile_key(family: str, config: str | Mapping[str, Any]) -> tuple:
     """The tile shape of ``config`` (a canonical key string or a parameter mapping)."""
     if isinstance(config, str):
-        from costtune.features.static import parse_config_key
+        from costtune.features import parse_config_key
 
         config = parse_config_key(config).as_dict()
     return tuple(config.get(p) for p in TILE_PARAMS.get(family, ()))
@@ -72,9 +71,6 @@ def order_positions(tiles: Sequence[Any], order: str = "score") -> np.ndarray:
     return np.array(taken + rest, dtype=int)
 
 
-ROOT = Path(__file__).resolve().parents[1]
-DATASET = ROOT / "datasets" / "h200"
-RESULTS = ROOT / "experiments" / "results"
 KS = (1, 2, 4, 8)
 
 
@@ -127,7 +123,7 @@ def main() -> None:
     records = []
     n_rows = 0
     for family in FAMILIES:
-        data = costtune.load_dataset(DATASET, kernel=family)
+        data = harness.load_dataset(harness.DATASET, kernel=family)
         n_rows += len(data)
         model = CostModel.load_for(args.model, family)[0]
         train = data[data["suite"] == "train"].reset_index(drop=True)
@@ -140,17 +136,16 @@ def main() -> None:
             for rec in judge(rows, scores, family):
                 records.append({"family": family, "split": split, **rec})
     df = pd.DataFrame(records)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    df.to_csv(RESULTS / "diverse_topk.csv", index=False)
     cols = ["family", "split", "order", *[f"top{k}" for k in KS], *[f"worst{k}" for k in KS]]
-    lines = ["# Tile-diverse top-k order", "", provenance(DATASET.relative_to(ROOT), n_rows), "",
+    lines = ["# Tile-diverse top-k order", "",
+             harness.provenance(dataset=harness.DATASET, n_rows=n_rows), "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",
              f"Model: shipped `{args.model}` as the hook loads it per family; for train CV its "
              f"settings are refitted per fold on that family's rows ({args.folds} "
              "shape-grouped folds).", "",
-             df[cols].to_markdown(index=False, floatfmt=".3f"), "",
+             harness.md_table(df[cols], floatfmt=".3f"), "",
              "Verdict (train CV decides): " + verdict(df), ""]
-    (RESULTS / "diverse_topk.md").write_text("\n".join(lines))
+    harness.write_report("diverse_topk", lines, df)
     print("\n".join(lines))
 
 

@@ -7,10 +7,17 @@ them and records ``n_regs``, ``n_spills``, ``metadata.shared`` and the JIT's spe
 Failures are data (``error``). ``tests/test_features_compiled.py`` compiles the same entries on
 the CPU and asserts equal registers, spills, shared bytes and specialization.
 
-    PYTHONPATH=. python3 experiments/gpu_resource_check.py --out tests/fixtures/h200_resources.json
+Three steps:
 
-Triton's cache is a fresh temp dir, so every kernel is compiled on this machine. About a
-minute on an H200 host with 16 cores.
+    python -m experiments.gpu_resource_check plan                       # CPU: the entries
+    PYTHONPATH=. python3 -m experiments.gpu_resource_check run \
+        --out tests/fixtures/h200_resources.json                         # GPU, ~1 min
+    python -m experiments.gpu_resource_check report                     # CPU
+
+``run`` uses a fresh temp dir as Triton's cache, so every kernel is compiled on this machine;
+each entry's result is appended to ``<out>.partial.jsonl`` as it arrives (an interrupted call
+resumes from it) and the fixture is written whole at the end. ``report`` writes
+results/gpu_resource_check.{md,csv} from the committed fixture.
 """
 
 from __future__ import annotations
@@ -27,7 +34,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "h200_resources.json"
+import pandas as pd
+
+from experiments import harness
+
+QUESTION = "gpu_resource_check"
+DEFAULT_OUT = harness.ROOT / "tests" / "fixtures" / "h200_resources.json"
 
 # (kernel, problem, dtype, sampled configs); sizes off multiples of 16 change specialization.
 _PROBLEMS: list[tuple[str, dict[str, int], str, int]] = [
@@ -128,43 +140,104 @@ def provenance() -> dict[str, Any]:
         env["ptxas"] = text.strip().splitlines()[-1]
     except Exception as exc:  # provenance is best effort
         env["ptxas"] = f"unknown ({exc})"
-    env["command"] = " ".join([Path(sys.executable).name, *sys.argv])
+    env["command"] = harness.command()
     return env
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
-    parser.add_argument("--list", action="store_true", help="print the entries and exit")
-    args = parser.parse_args(argv)
-    if args.list:
-        for e in select_entries():
-            print(json.dumps(e))
-        return 0
+def entry_key(entry: dict[str, Any]) -> str:
+    return json.dumps([entry[k] for k in ("kernel", "problem", "dtype", "config")],
+                      sort_keys=True)
 
+
+def plan(args: argparse.Namespace) -> int:
+    entries = select_entries()
+    for e in entries:
+        print(json.dumps(e))
+    kinds = pd.DataFrame(entries)["kernel"].value_counts()
+    print(f"plan: {len(entries)} entries ({', '.join(f'{k} {v}' for k, v in kinds.items())})",
+          file=sys.stderr)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure every entry on the GPU; each result is appended to ``<out>.partial.jsonl`` as
+    it arrives (a second call skips those), then the fixture is written whole."""
     import torch
 
     if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+        print("needs a CUDA GPU (the plan step lists the entries anywhere)", file=sys.stderr)
         return 2
     os.environ.pop("TRITON_INTERPRET", None)
     # Fresh Triton cache (inherited by the workers): every kernel is compiled here, now.
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-gpu-check-")
+    partial = args.out.with_suffix(".partial.jsonl")
+    have = {}
+    if partial.exists():
+        have = {entry_key(r): r for r in map(json.loads, partial.read_text().splitlines())}
     entries = select_entries()
+    todo = [e for e in entries if entry_key(e) not in have]
     start = time.perf_counter()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=args.workers, mp_context=ctx) as pool:
-        results = list(pool.map(measure, entries))
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=ctx) as pool, \
+            partial.open("a") as log:
+        for res in pool.map(measure, todo):
+            have[entry_key(res)] = res
+            log.write(json.dumps(res, default=str) + "\n")
+            log.flush()
     wall = time.perf_counter() - start
+    results = [have[entry_key(e)] for e in entries]
     doc = {"provenance": {**provenance(), "wall_s": round(wall, 1), "workers": args.workers},
            "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    partial.unlink()
     bad = [r for r in results if r["status"] != "ok"]
-    print(f"{len(results)} entries in {wall:.0f}s, {len(bad)} failed "
+    print(f"{len(results)} entries ({len(todo)} measured now) in {wall:.0f}s, {len(bad)} failed "
           f"({', '.join(sorted({r['status'] for r in bad})) or 'none'}); wrote {args.out}")
     return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    """results/gpu_resource_check.{md,csv} from the fixture the run step wrote."""
+    doc = json.loads(args.fixture.read_text())
+    prov, table = doc["provenance"], pd.DataFrame(doc["results"])
+    table["problem"] = table["problem"].map(lambda p: json.dumps(p, sort_keys=True))
+    summary = table.groupby(["kernel", "status"]).agg(
+        entries=("config", "size"), median_regs=("n_regs", "median"),
+        max_regs=("n_regs", "max"), spilling=("n_spills", lambda s: int((s > 0).sum())),
+        max_shared_bytes=("shared", "max"), median_compile_s=("seconds", "median")
+    ).reset_index()
+    shown = table[["kernel", "problem", "dtype", "config", "n_regs", "n_spills", "shared",
+                   "status", "seconds"]]
+    lines = [
+        "# Compiled kernels as the GPU reports them (registers, spills, shared memory)", "",
+        harness.provenance(), "",
+        f"- Raw: `{harness.relative(args.fixture)}` ({len(table)} entries), written by "
+        f"`{prov.get('command')}` on {prov.get('gpu')} ({prov.get('sm_count')} SMs, driver "
+        f"{prov.get('driver')}, CUDA {prov.get('cuda')}), torch {prov.get('torch')}, triton "
+        f"{prov.get('triton')}, {prov.get('ptxas')}, {prov.get('date')}; {prov.get('workers')} "
+        f"workers, {prov.get('wall_s')} s wall, fresh Triton cache.",
+        "- Use: tests/test_features_compiled.py compiles the same entries on a CPU (AOT for "
+        "sm_90) and asserts equal registers, spills, shared bytes and specialization.", "",
+        "## By family and status", "", harness.md_table(summary, floatfmt=".4g"), "",
+        "## Entries", "", harness.md_table(shown, floatfmt=".4g"), ""]
+    md = harness.write_report(QUESTION, lines, table.drop(columns=["spec"]), out=args.out)
+    print(f"wrote {md} and .csv")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    sub.add_parser("plan", help="print the entries (JSON lines)")
+    p = sub.add_parser("run", help="measure them on the GPU")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
+    p = sub.add_parser("report", help="summarize a fixture (CPU)")
+    p.add_argument("--fixture", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--out", type=Path, default=harness.RESULTS)
+    args = parser.parse_args(argv)
+    return {"plan": plan, "run": run, "report": report}[args.step](args)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Both times come from the same GPU run (the collector times the torch op beside t
 GPU-only, CUDA-graph replay with L2 flushed), so their ratio is meaningful. Writes
 experiments/results/kernels_h200.{md,csv}.
 
-    python experiments/kernels_vs_torch.py [--dataset datasets/h200]
+    python -m experiments.kernels_vs_torch [--dataset datasets/h200]
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
+from scipy.stats import gmean
 
 import costtune
+from experiments import harness
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TORCH_OP = {"gemm": "cuBLAS `a @ b`", "softmax": "`torch.softmax`",
             "attention": "SDPA, flash backend"}
 
@@ -45,10 +45,6 @@ def best_vs_torch(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["kernel", "suite", "workload"])
 
 
-def geomean(x) -> float:
-    return float(np.exp(np.mean(np.log(np.asarray(x, dtype=float)))))
-
-
 def targets(t: pd.DataFrame) -> list[str]:
     g = t[(t.kernel == "gemm")]
     g = g[(g.M >= 1024) & (g.N >= 1024) & (g.K >= 1024)]
@@ -56,21 +52,21 @@ def targets(t: pd.DataFrame) -> list[str]:
     a = t[(t.kernel == "attention") & (t.D == 128) & (t.S >= 2048)]
     out = [
         f"- GEMM, best of space vs cuBLAS, geomean over {len(g)} workloads with every dim ≥1024: "
-        f"**{geomean(g.speed_vs_torch):.3f}×** (target ≥0.95×: "
-        f"{'met' if geomean(g.speed_vs_torch) >= 0.95 else 'NOT met'}).",
+        f"**{gmean(g.speed_vs_torch):.3f}×** (target ≥0.95×: "
+        f"{'met' if gmean(g.speed_vs_torch) >= 0.95 else 'NOT met'}).",
         f"- Softmax at ≥4096×4096 ({len(s)} workloads): effective bandwidth (read+write) "
         f"min {s.best_tbps.min():.2f}, median {s.best_tbps.median():.2f}, max "
         f"{s.best_tbps.max():.2f} TB/s; torch.softmax median {s.torch_tbps.median():.2f} TB/s "
         f"(target ≥3.6 TB/s: {'met' if s.best_tbps.min() >= 3.6 else 'NOT met on every shape'}).",
         f"- Attention at D=128, S≥2048 ({len(a)} workloads): vs SDPA flash geomean "
-        f"**{geomean(a.speed_vs_torch):.2f}×**, min {a.speed_vs_torch.min():.2f}×, best "
+        f"**{gmean(a.speed_vs_torch):.2f}×**, min {a.speed_vs_torch.min():.2f}×, best "
         f"{a.best_tflops.max():.0f} TFLOP/s (target ≥1.4×: "
-        f"{'met' if geomean(a.speed_vs_torch) >= 1.4 else 'NOT met'} on the geomean).",
+        f"{'met' if gmean(a.speed_vs_torch) >= 1.4 else 'NOT met'} on the geomean).",
     ]
     return out
 
 
-def provenance(dataset: Path) -> str:
+def dataset_provenance(dataset: Path) -> str:
     store = costtune.Store(dataset)
     metas = [store.part_meta(p) for p in store.parts()]
     dates = sorted(m["date"] for m in metas)
@@ -84,27 +80,26 @@ def provenance(dataset: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", type=Path, default=Path("datasets/h200"))
+    ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     args = ap.parse_args()
-    table = best_vs_torch(costtune.load_dataset(args.dataset))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    table.to_csv(RESULTS / "kernels_h200.csv", index=False, float_format="%.5g")
+    data = harness.load_dataset(args.dataset)
+    table = best_vs_torch(data)
     lines = ["# Kernel suite on the H200: best config of each space vs torch", "",
-             f"Provenance: {provenance(args.dataset)}", "",
+             harness.provenance(dataset=args.dataset, n_rows=len(data)), "",
+             f"Measured: {dataset_provenance(args.dataset)}", "",
              "Timing: GPU-only, CUDA-graph replay with L2 flushed before each of 10 reps, median; "
              "the torch op timed the same way in the same run. Every config's output was checked "
-             "against an fp32 torch reference before timing. Regenerate with "
-             "`python experiments/kernels_vs_torch.py`.", "", "## Targets", "",
+             "against an fp32 torch reference before timing.", "", "## Targets", "",
              *targets(table), ""]
     for kernel, t in table.groupby("kernel"):
         keys = list(costtune.get_family(kernel).PROBLEM_KEYS)
         cols = ["suite", "dtype", *keys, "configs", "best_ms", "torch_ms", "speed_vs_torch",
                 "best_tflops" if kernel != "softmax" else "best_tbps",
                 "torch_tflops" if kernel != "softmax" else "torch_tbps", "best_config"]
-        lines += [f"## {kernel} (vs {TORCH_OP[kernel]}): geomean {geomean(t.speed_vs_torch):.3f}×"
+        lines += [f"## {kernel} (vs {TORCH_OP[kernel]}): geomean {gmean(t.speed_vs_torch):.3f}×"
                   f" over {len(t)} workloads", "",
-                  t[cols].to_markdown(index=False, floatfmt=".3g"), ""]
-    (RESULTS / "kernels_h200.md").write_text("\n".join(lines))
+                  harness.md_table(t[cols], floatfmt=".3g"), ""]
+    harness.write_report("kernels_h200", lines, table, csv_kw={"float_format": "%.5g"})
     print("\n".join(lines[:12]))
 
 

@@ -1,11 +1,11 @@
 """Research question 1: how good is the cost model against the baselines on unseen shapes?
 
 Scores the shipped model (``costtune/models/h200``, trained on the train suite only) and every
-baseline on the test suite with ``costtune.model.leaderboard`` (TenSet top-k score), checks the
+baseline on the test suite with ``costtune.evaluate.leaderboard`` (TenSet top-k score), checks the
 issue's goals per kernel and lists the workloads where the model does worst. Writes
 experiments/results/leaderboard.{md,csv,png} and leaderboard_workloads.csv.
 
-    python experiments/leaderboard.py [--dataset datasets/h200] [--model h200]
+    python -m experiments.leaderboard [--dataset datasets/h200] [--model h200]
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ import argparse
 from pathlib import Path
 
 import pandas as pd
-from report_header import provenance
 
-import costtune
 from costtune.evaluate import leaderboard, plot_topk, topk_table
 from costtune.model import CostModel, attach_features
+from experiments import harness
 
-RESULTS = Path(__file__).resolve().parent / "results"
 KS = (1, 2, 4, 8, 16)
 # The issue's goals for the shipped model, per kernel family.
 GOALS = (("top8", 0.99), ("top4", 0.97), ("top1", 0.93), ("worst8", 0.95))
@@ -91,25 +89,24 @@ def worst_lines(table: pd.DataFrame, *, n: int = 3) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", type=Path, default=Path("datasets/h200"))
+    ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     ap.add_argument("--model", default="h200", help="shipped model name or saved model path")
     args = ap.parse_args()
-    df = costtune.load_dataset(args.dataset)
+    df = harness.load_dataset(args.dataset)
     models = {k: CostModel.load_for(args.model, k)[0] for k in sorted(df["kernel"].unique())}
     board = leaderboard(df, model=args.model, ks=KS)
     frame = board_frame(board)
     table = per_workload(models, df[df["suite"] == "test"])
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(RESULTS / "leaderboard.csv", index=False)
-    table.to_csv(RESULTS / "leaderboard_workloads.csv", index=False)
-    plot_topk(board, RESULTS / "leaderboard.png")
+    harness.RESULTS.mkdir(parents=True, exist_ok=True)
+    table.to_csv(harness.RESULTS / "leaderboard_workloads.csv", index=False)
+    plot_topk(board, harness.RESULTS / "leaderboard.png")
     n_test = df[df["suite"] == "test"].groupby("kernel")["workload"].nunique()
     md = ["# Leaderboard: cost model vs baselines on the test suite", "",
-          provenance(args.dataset, len(df)),
+          harness.provenance(dataset=args.dataset, n_rows=len(df)),
           "- Measured: TenSet top-k score Σ L* / Σ L(k) over the test-suite workloads "
           f"({', '.join(f'{k} {v}' for k, v in n_test.items())}), L from the dataset's GPU "
           "times; worst8 is the lowest per-workload L*/L(8). Not measured here: autotune wall "
-          "time (see pareto.md, prune_vs_exhaustive.py) — this is ranking quality only.",
+          "time (see pareto.md, prune_vs_exhaustive.md) — this is ranking quality only.",
           "", f"Names: `costtune` is the shipped model `{args.model}` as the pruning hook loads "
           "it (`CostModel.load_for(name, family)`: the family's own booster when one ships, "
           "else the cross-family one; which ships was chosen by cross-validation on the train "
@@ -122,13 +119,13 @@ def main() -> None:
           "exact expectation of random picks.", ""]
     for kernel in sorted(board):
         part = frame[frame["kernel"] == kernel].drop(columns="kernel")
-        md += [f"## {kernel}", "", part.to_markdown(index=False, floatfmt=".3f"), ""]
+        md += [f"## {kernel}", "", harness.md_table(part, floatfmt=".3f"), ""]
     md += ["## Goals (issue), shipped model", "", *goal_lines(board), "",
            "Timing noise: differences between configs below ~2% are within noise for most "
            "rows (DATASHEET, second pass vs first: median 0.4%, p90 1.7%).", "",
            "## Where the shipped model does worst (per-workload L*/L(k))", "",
            *worst_lines(table), "", "![top-k vs k](leaderboard.png)", ""]
-    (RESULTS / "leaderboard.md").write_text("\n".join(md))
+    harness.write_report("leaderboard", md, frame)
     print("\n".join(md))
 
 

@@ -17,7 +17,7 @@ the tie goes to the cheaper one (fewer trees, then one booster for all families)
 for stage 2. Files of candidates that lost are removed, so the shipped set is exactly the
 table's choice. Writes experiments/results/model_selection.{md,csv}.
 
-    python experiments/model_selection.py [--ship]
+    python -m experiments.model_selection [--ship]
 """
 
 from __future__ import annotations
@@ -27,15 +27,13 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from report_header import provenance
 
-import costtune
 from costtune.evaluate import evaluate
 from costtune.features import load_feature_tables
 from costtune.model import CostModel
+from experiments import harness
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
+ROOT = harness.ROOT
 MODELS_DIR = ROOT / "costtune" / "models"
 NAME = "h200"
 KS = (1, 2, 4, 8)
@@ -148,11 +146,11 @@ def shipped_lines() -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", type=Path, default=ROOT / "datasets" / "h200")
+    ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     ap.add_argument("--threads", type=int, default=2, help="XGBoost threads while fitting")
     ap.add_argument("--ship", action="store_true", help="refit the winners, save them")
     args = ap.parse_args()
-    data = costtune.load_dataset(args.dataset)
+    data = harness.load_dataset(args.dataset)
     train = data[data["suite"] == "train"].reset_index(drop=True)
     compiled, missing = load_feature_tables(args.dataset, sorted(train["kernel"].unique()))
     if missing:
@@ -160,10 +158,8 @@ def main() -> None:
         compiled = None
     table = cross_validate(train, compiled, args.threads)
     choice = choose(table)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    table.to_csv(RESULTS / "model_selection.csv", index=False)
     md = ["# Model selection: which cost model ships", "",
-          provenance(args.dataset, len(data)),
+          harness.provenance(dataset=args.dataset, n_rows=len(data)),
           f"- Measured: shape-grouped 5-fold CV on the **train suite only** "
           f"({train['workload'].nunique()} workloads, {len(train):,} rows); the test suite is "
           "not read. Selection score = mean of out-of-fold top1, top2, top4, top8, worst8; "
@@ -173,14 +169,14 @@ def main() -> None:
     for stage, g in table.groupby("stage"):
         md += [f"### Stage {stage} ({'static' if stage == 1 else 'static + compiled'} "
                "features)", "",
-               g.drop(columns=["stage"]).to_markdown(index=False, floatfmt=".3f"), ""]
-    md += ["## Choice", "", choice.to_markdown(index=False, floatfmt=".3f"), ""]
+               harness.md_table(g.drop(columns=["stage"]), floatfmt=".3f"), ""]
+    md += ["## Choice", "", harness.md_table(choice, floatfmt=".3f"), ""]
     if args.ship:
         md += ["## Shipped", "", *ship(choice, train, compiled, args.threads), ""]
     else:
         md += ["## Shipped (files now in costtune/models; `--ship` refits them)", "",
                *shipped_lines(), ""]
-    (RESULTS / "model_selection.md").write_text("\n".join(md))
+    harness.write_report("model_selection", md, table)
     print("\n".join(md))
 
 

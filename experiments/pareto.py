@@ -14,9 +14,9 @@ autotune time built from measured components:
   config's measured GPU time t (plus the L2 flush: 256 MiB zeroed, assumed at 4.3 TB/s).
 
 This is a model of cold time, not a GPU measurement of autotune wall time; the GPU-measured
-version is experiments/prune_vs_exhaustive.py. Writes experiments/results/pareto.{md,csv,png}.
+version is experiments/prune_vs_exhaustive. Writes experiments/results/pareto.{md,csv,png}.
 
-    python experiments/pareto.py [--dataset datasets/h200] [--model h200]
+    python -m experiments.pareto [--dataset datasets/h200] [--model h200]
 """
 
 from __future__ import annotations
@@ -26,9 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from report_header import provenance
 
-import costtune
 from costtune.evaluate import topk_scores, topk_table
 from costtune.model import (
     BestStaticList,
@@ -38,8 +36,8 @@ from costtune.model import (
     attach_features,
     expected_random_scores,
 )
+from experiments import harness
 
-RESULTS = Path(__file__).resolve().parent / "results"
 KS = (1, 2, 4, 8, 16, 32)
 COLD_S = 0.05  # a workload whose median compile_s is above this compiled from scratch
 WARMUP_MS, REP_MS = 25.0, 100.0  # triton.testing.do_bench defaults
@@ -243,21 +241,16 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-MEASURED = RESULTS / "prune_vs_exhaustive.csv"
-MARKERS = {"exhaustive": "*", "tutorial": "s", "costtune": "o", "costtune2": "^"}
+MEASURED = harness.RESULTS / "prune_vs_exhaustive.csv"
 
 
-def measured_section(path: Path, png: Path) -> list[str]:
-    """Cold tuning time vs kernel speed as measured on the H200 by prune_vs_exhaustive.py:
-    one point per (shape, method, k), each a fresh process with fresh caches."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def measured_section(path: Path) -> list[str]:
+    """Cold tuning time vs kernel speed as measured on the H200 by prune_vs_exhaustive:
+    one point per (shape, method, k), each a fresh process with fresh caches (its figure is
+    prune_vs_exhaustive.png, drawn by that question's report step)."""
     if not path.exists():
         return ["## Measured on the H200", "", f"No `{path.name}`: run "
-                "experiments/prune_vs_exhaustive.py on the GPU.", ""]
+                "experiments/prune_vs_exhaustive on the GPU.", ""]
     runs = pd.read_csv(path)
     runs = runs[(runs["status"] == "ok") & runs["speed_vs_exhaustive"].notna()]
     # The chosen configs re-timed side by side in one process where there is such a timing
@@ -267,27 +260,6 @@ def measured_section(path: Path, png: Path) -> list[str]:
     runs = runs.assign(label=np.where(runs["k"].notna(),
                                       runs["method"] + " k=" + runs["k"].fillna(0).astype(int)
                                       .astype(str), runs["method"]))
-    families = sorted(runs["family"].unique())
-    fig, axes = plt.subplots(1, len(families), figsize=(5 * len(families), 4), squeeze=False)
-    for ax, fam in zip(axes[0], families, strict=True):
-        part = runs[runs["family"] == fam]
-        for method, g in part.groupby("method"):
-            ax.scatter(g["tune_s"], g["speed"], marker=MARKERS.get(method, "x"),
-                       s=60, label=method)
-            for r in g.itertuples():
-                if r.k == r.k:
-                    ax.annotate(f"k={int(r.k)}", (r.tune_s, r.speed),
-                                textcoords="offset points", xytext=(4, 3), fontsize=7)
-        ax.set_xscale("log")
-        ax.axhline(0.99, color="grey", lw=0.8, ls="--")
-        ax.set_title(f"{fam} ({part['workload'].nunique()} shapes)")
-        ax.set_xlabel("measured cold tuning s (first call)")
-        ax.set_ylabel("kernel speed / exhaustive's")
-        ax.legend(fontsize=7)
-    fig.suptitle("H200, measured: cold tuning time vs kernel speed (prune_vs_exhaustive.py)")
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
     summary = runs.groupby(["family", "label"]).agg(
         shapes=("workload", "nunique"), median_tune_s=("tune_s", "median"),
         min_speed=("speed", "min"), median_speed=("speed", "median")).reset_index()
@@ -297,31 +269,30 @@ def measured_section(path: Path, png: Path) -> list[str]:
             "time over the chosen one's (same shape), from the chosen configs re-timed side by "
             "side in one process where the report has that, else from the runs' own timings. "
             "Shapes without an exhaustive run are left out.", "",
-            summary.to_markdown(index=False, floatfmt=".3f"), "",
-            f"![measured]({png.name})", ""]
+            harness.md_table(summary, floatfmt=".3f"), "",
+            "![measured](prune_vs_exhaustive.png)", ""]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", type=Path, default=Path("datasets/h200"))
+    ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     ap.add_argument("--model", default="h200", help="shipped model name or saved model path")
     args = ap.parse_args()
-    df = costtune.load_dataset(args.dataset)
+    df = harness.load_dataset(args.dataset)
     est, compile_summary = compile_estimates(df)
     df = df.assign(compile_est_s=est, bench_est_s=bench_seconds(df["time_ms"]))
     test = attach_features(df[df["suite"] == "test"].reset_index(drop=True))
     # The shipped model as the hook loads it: the family's own booster when one ships.
     models = {k: CostModel.load_for(args.model, k)[0] for k in test["kernel"].unique()}
     table = points(test, df[df["suite"] == "train"], models)
-    measured_md = measured_section(MEASURED, RESULTS / "pareto_measured.png")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    table.to_csv(RESULTS / "pareto.csv", index=False)
-    plot(table, RESULTS / "pareto.png")
+    measured_md = measured_section(MEASURED)
+    harness.RESULTS.mkdir(parents=True, exist_ok=True)
+    plot(table, harness.RESULTS / "pareto.png")
     n_test = test.groupby("kernel")["workload"].nunique()
     show = table.assign(cold_s=table["cold_s"].round(1),
                         cold_s_per_workload=table["cold_s_per_workload"].round(2))
     md = ["# Cold autotune time vs kernel quality (estimated from measured components)", "",
-          provenance(args.dataset, len(df)),
+          harness.provenance(dataset=args.dataset, n_rows=len(df)),
           "- Quality: TenSet top-k score Σ L* / Σ L(k) over the test suite ("
           + ", ".join(f"{k} {v} workloads" for k, v in n_test.items())
           + "), and the worst workload's L*/L(k); both from the dataset's GPU times.",
@@ -335,19 +306,18 @@ def main() -> None:
           "`cold_s_per_workload` is its mean. Model inference (~15–35 ms per tuning call, "
           "hook_overhead.md) and costtune.autotune's parallel precompile are left out: compile "
           "here is serial, as in plain `triton.autotune`.",
-          "- GPU-measured counterpart: `experiments/prune_vs_exhaustive.py`; its H200 runs are "
+          "- GPU-measured counterpart: `experiments/prune_vs_exhaustive`; its H200 runs are "
           "summarized at the end (section *Measured on the H200*).",
           "", "## Headline", "", *headline(table), "", "## Compile-time source", "",
-          compile_summary.to_markdown(index=False, floatfmt=".3f"), "",
+          harness.md_table(compile_summary, floatfmt=".3f"), "",
           sanity_check(df), "", aot_line(args.dataset / "features_attention.parquet", est, df),
           "", "## Pareto points (non-dominated in cold time vs score, per kernel)", "",
-          show[show["pareto"]].drop(columns="pareto").to_markdown(index=False,
-                                                                  floatfmt=".3f"), ""]
+          harness.md_table(show[show["pareto"]].drop(columns="pareto"), floatfmt=".3f"), ""]
     for kernel in sorted(table["kernel"].unique()):
         part = show[show["kernel"] == kernel].drop(columns="kernel")
-        md += [f"## {kernel}", "", part.to_markdown(index=False, floatfmt=".3f"), ""]
+        md += [f"## {kernel}", "", harness.md_table(part, floatfmt=".3f"), ""]
     md += ["![pareto](pareto.png)", "", *measured_md]
-    (RESULTS / "pareto.md").write_text("\n".join(md))
+    harness.write_report("pareto", md, table)
     print("\n".join(md))
 
 

@@ -5,7 +5,7 @@ workloads go together) and scores on the full test suite with ``costtune.evaluat
 (protocol "split"); the best static list is refitted on the same subsets for comparison.
 Writes experiments/results/sample_efficiency.{md,csv,png}.
 
-    python experiments/sample_efficiency.py [--sizes 4 8 16 32] [--seeds 5] [--trees 100]
+    python -m experiments.sample_efficiency [--sizes 4 8 16 32] [--seeds 5] [--trees 100]
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from report_header import provenance
 
 import costtune
 from costtune.evaluate import evaluate
 from costtune.evaluate.report import kernel_panels, save_panels, topk_panel
 from costtune.model import CostModel
+from experiments import harness
 
-RESULTS = Path(__file__).resolve().parent / "results"
 KS = (1, 2, 4, 8, 16)
 MODEL = "xgb:static"
 STATIC = "best-static-16:skip"
@@ -123,23 +122,22 @@ def plot(records: pd.DataFrame, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", type=Path, default=Path("datasets/h200"))
+    ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     ap.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 16, 32])
     ap.add_argument("--seeds", type=int, default=5, help="random subsets per size")
     ap.add_argument("--trees", type=int, default=100, help="XGBoost rounds per model")
     args = ap.parse_args()
-    df = costtune.load_dataset(args.dataset)
+    df = harness.load_dataset(args.dataset)
     shapes = train_shapes(df)
     start = time.perf_counter()
     records = run(df, shapes, sizes=args.sizes, seeds=args.seeds, trees=args.trees)
     elapsed = time.perf_counter() - start
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    records.to_csv(RESULTS / "sample_efficiency.csv", index=False)
-    plot(records, RESULTS / "sample_efficiency.png")
+    harness.RESULTS.mkdir(parents=True, exist_ok=True)
+    plot(records, harness.RESULTS / "sample_efficiency.png")
     table = summary(records)
     counts = ", ".join(f"{k} {len(v)}" for k, v in shapes.items())
     md = ["# Sample efficiency: top-k score vs number of training shapes", "",
-          provenance(args.dataset, len(df)),
+          harness.provenance(dataset=args.dataset, n_rows=len(df)),
           f"- Measured: TenSet top-k score on the whole test suite of per-family `{MODEL}` "
           f"models (rank:pairwise, static features, **{args.trees} trees** — the shipped "
           "models use 150-300 (model_selection.md); fewer trees keep the "
@@ -149,12 +147,12 @@ def main() -> None:
           "size (numpy default_rng([seed, n, family])), one run with all shapes. A shape "
           "brings its fp16 and, where measured, bf16 workload. Cells: median [min–max] "
           f"over subsets. Not measured: anything on a GPU; wall time {elapsed:.0f} s.", "",
-          table.to_markdown(index=False), "",
+          harness.md_table(table), "",
           "Random expectation (no training) for reference: " + "; ".join(
               f"{k} top1 {g['top1'].median():.3f}, top8 {g['top8'].median():.3f}"
               for k, g in records[records["name"] == "random"].groupby("kernel")) + ".", "",
           "![sample efficiency](sample_efficiency.png)", ""]
-    (RESULTS / "sample_efficiency.md").write_text("\n".join(md))
+    harness.write_report("sample_efficiency", md, records)
     print("\n".join(md))
 
 

@@ -1,7 +1,7 @@
 """How fast does each search strategy find a workload's best config? Replay on CPU.
 
 For every test-suite shape (one dtype per shape) of the H200 dataset, each strategy searches the
-family's config space through ``costtune.search.study.ConfigStudy`` with a ``ReplayRunner``: each
+family's config space through ``costtune.ConfigStudy`` with a ``ReplayRunner``: each
 measured trial returns the recorded time. After k measured trials (k = 1..64) we record
 ``exhaustive best time / best time found`` (1.0 = the best config of the full sweep; 0 = no OK
 config yet). Strategies: random, TPE, CMA-ES, GP (Optuna samplers on the index space), model
@@ -9,8 +9,8 @@ top-k (no search: the cost model's k top-ranked configs, measured), model-warm-s
 (the model's top 8 enqueued, then TPE) and model-prior TPE (the first 16 trials drawn from the
 model's ranking with p ~ exp(-rank/4), then TPE). The model is trained on the train suite only.
 
-    python experiments/search_strategies.py            # ~10 min on 2 CPU cores
-    python experiments/search_strategies.py --seeds 2 --gp-seeds 1   # quick look
+    python -m experiments.search_strategies            # ~10 min on 2 CPU cores
+    python -m experiments.search_strategies --seeds 2 --gp-seeds 1   # quick look
 
 Writes experiments/results/search_strategies.{md,csv,png}.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import sys
 import time
 import warnings
@@ -32,10 +31,8 @@ import costtune
 from costtune.evaluate import train_default
 from costtune.model import CostModel
 from costtune.model.xgb import dataset_hash
-from costtune.search.study import ConfigStudy
+from experiments import harness
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "experiments" / "results"
 KS = (1, 2, 4, 8, 16, 32, 64)
 WARM = {"n_warm": 8}
 PRIOR = {"n_prior": 16, "temperature": 4.0}
@@ -99,7 +96,7 @@ def run_workload(task: tuple) -> list[dict]:
         for seed in range(seeds):
             t0 = time.perf_counter()
             # Once the exhaustive best is found the ratio stays 1: stop there (saves CPU).
-            result = ConfigStudy(w, runner, space=space, seed=seed, **options).optimize(
+            result = costtune.ConfigStudy(w, runner, space=space, seed=seed, **options).optimize(
                 n, target_ms=best)
             rows.append({"workload": wid, "kernel": kernel, "strategy": name, "seed": seed,
                          "curve": curve(result.history, best, n=n),
@@ -186,7 +183,7 @@ def get_model(data: pd.DataFrame) -> tuple[CostModel, str]:
 def main(argv: list[str] | None = None) -> None:
     global _DATA, _MODEL
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default=str(ROOT / "datasets" / "h200"))
+    p.add_argument("--dataset", default=str(harness.DATASET))
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--gp-seeds", type=int, default=10)
@@ -195,11 +192,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gp-every", type=int, default=4, help="GP on every Nth of those only")
     p.add_argument("--dtype", default="float16", help="one dtype per test shape")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", default=str(harness.RESULTS))
     args = p.parse_args(argv)
     t_start = time.perf_counter()
     quiet()
-    data = costtune.load_dataset(args.dataset)
+    data = harness.load_dataset(Path(args.dataset))
     model, model_note = get_model(data)
     test = data[(data["suite"] == "test") & (data["dtype"] == args.dtype)]
     wids = [w for k in ("gemm", "softmax", "attention")
@@ -217,84 +214,68 @@ def main(argv: list[str] | None = None) -> None:
     summary = summarize(runs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    summary.to_csv(out / "search_strategies.csv", index=False, float_format="%.4f")
     plot(summary, out / "search_strategies.png")
     wall = time.perf_counter() - t_start
-    write_md(out / "search_strategies.md", runs, summary=summary, args=args, wids=wids,
-             meta=source_meta(Path(args.dataset)), model_note=model_note, wall=wall)
+    lines = report_lines(runs, summary, args=args, wids=wids,
+                         meta=source_meta(Path(args.dataset)), model_note=model_note, wall=wall)
+    harness.write_report("search_strategies", lines, summary, out=out,
+                         csv_kw={"float_format": "%.4f"})
     print(f"wrote {out}/search_strategies.{{md,csv,png}} in {wall:.0f} s")
 
 
-def write_md(path: Path, runs: pd.DataFrame, *, summary: pd.DataFrame, args, wids, meta,
-             model_note: str, wall: float) -> None:
+def cell_table(summary: pd.DataFrame, columns: dict[str, tuple[str, int]]) -> pd.DataFrame:
+    """One row per strategy; ``columns`` maps a column title to (family, trials); cells read
+    "median [p25, p75]" ("-" where a strategy has no such run)."""
+    s = summary.assign(cell=[f"{m:.3f} [{a:.3f}, {b:.3f}]" for m, a, b in
+                             zip(summary["median"], summary["p25"], summary["p75"])])
+    cells = s.set_index(["strategy", "family", "trials"])["cell"]
+    return pd.DataFrame([{"strategy": name, **{title: cells.get((name, fam, k), "-")
+                                               for title, (fam, k) in columns.items()}}
+                         for name in STRATEGIES])
+
+
+def first_k(allf: pd.DataFrame, name: str, stat: str = "median") -> str:
+    """The first trial count at which ``stat`` of strategy ``name`` reaches 0.99."""
+    s = allf[(allf["strategy"] == name) & (allf[stat] >= 0.99)]
+    return str(int(s["trials"].min())) if len(s) else f"> {int(allf['trials'].max())}"
+
+
+def answer_lines(summary: pd.DataFrame) -> list[str]:
     allf = summary[summary["family"] == "all"]
-
-    def cell(name: str, k: int, fam: str = "all") -> str:
-        s = summary[(summary["strategy"] == name) & (summary["family"] == fam)
-                    & (summary["trials"] == k)]
-        if s.empty:
-            return "-"
-        r = s.iloc[0]
-        return f"{r['median']:.3f} [{r['p25']:.3f}, {r['p75']:.3f}]"
-
-    def first_k(name: str, stat: str = "median") -> str:
-        s = allf[(allf["strategy"] == name) & (allf[stat] >= 0.99)]
-        return str(int(s["trials"].min())) if len(s) else f"> {int(allf['trials'].max())}"
-
     warm8 = allf[(allf["strategy"] == "warm_tpe") & (allf["trials"] == 8)].iloc[0]
     tpe8 = allf[(allf["strategy"] == "tpe") & (allf["trials"] == 8)].iloc[0]
-    per_study = runs[runs["strategy"] != "model_topk"].groupby("strategy")
-    lines = [
-        "# Search strategies on replay: best found vs exhaustive best",
-        "",
-        "Question: does a study warm-started with the cost model reach 0.99 of the exhaustive "
-        "best in <= 8 measured trials (median)? How many does plain TPE need?",
-        "",
-        "## Answer",
-        "",
+    return [
         f"- Model-warm-started TPE at 8 trials: median {warm8['median']:.3f} "
         f"(p25 {warm8['p25']:.3f}, p75 {warm8['p75']:.3f}); "
         f"{100 * warm8['share_ge_0.99']:.0f}% of runs reach 0.99. "
         + ("**Yes**: the median reaches 0.99 within 8 trials."
            if warm8["median"] >= 0.99 else "**No**: the median stays below 0.99 at 8 trials.")
-        + f" First trial count with median >= 0.99: {first_k('warm_tpe')}.",
+        + f" First trial count with median >= 0.99: {first_k(allf, 'warm_tpe')}.",
         f"- Plain TPE at 8 trials: median {tpe8['median']:.3f} (p25 {tpe8['p25']:.3f}); "
-        f"its median reaches 0.99 at {first_k('tpe')} trials, its p25 at "
-        f"{first_k('tpe', 'p25')} (warm-started: p25 at {first_k('warm_tpe', 'p25')}).",
+        f"its median reaches 0.99 at {first_k(allf, 'tpe')} trials, its p25 at "
+        f"{first_k(allf, 'tpe', 'p25')} (warm-started: p25 at "
+        f"{first_k(allf, 'warm_tpe', 'p25')}).",
         "- First trial count with median >= 0.99, every strategy: "
-        + ", ".join(f"{s} {first_k(s)}" for s in STRATEGIES) + ".",
-        "",
-        "## Ratio exhaustive best / best found after k measured trials, all families",
-        "",
-        "Median [p25, p75] over runs (workloads x seeds).",
-        "",
-        "| strategy | " + " | ".join(f"k={k}" for k in KS if k <= args.trials) + " |",
-        "|---|" + "---|" * len([k for k in KS if k <= args.trials]),
-    ]
-    for name in STRATEGIES:
-        lines.append(f"| {name} | " + " | ".join(cell(name, k) for k in KS if k <= args.trials)
-                     + " |")
-    lines += ["", "## Per family (median [p25, p75])", "",
-              "| strategy | " + " | ".join(f"{f} k={k}" for f in ("gemm", "softmax", "attention")
-                                            for k in (8, 32)) + " |",
-              "|---|" + "---|" * 6]
-    for name in STRATEGIES:
-        lines.append(f"| {name} | " + " | ".join(cell(name, k, f) for f in
-                                                 ("gemm", "softmax", "attention")
-                                                 for k in (8, 32)) + " |")
-    lines += ["", "## Where the measured configs came from (per study, mean)", "",
-              "| strategy | studies | seconds | invalid proposals | cached proposals | "
-              "repair trials |", "|---|---|---|---|---|---|"]
-    for name, g in per_study:
-        lines.append(f"| {name} | {len(g)} | {g['seconds'].mean():.2f} | "
-                     f"{g['invalid'].mean():.1f} | {g['cached'].mean():.1f} | "
-                     f"{g['repair'].mean():.1f} |")
+        + ", ".join(f"{s} {first_k(allf, s)}" for s in STRATEGIES) + "."]
+
+
+def source_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per strategy (searching ones): studies, mean seconds and proposal kinds per study."""
+    g = runs[runs["strategy"] != "model_topk"].groupby("strategy")
+    return pd.DataFrame({"studies": g.size(), "seconds": g["seconds"].mean(),
+                         "invalid proposals": g["invalid"].mean(),
+                         "cached proposals": g["cached"].mean(),
+                         "repair trials": g["repair"].mean()}).reset_index()
+
+
+def setup_lines(runs: pd.DataFrame, *, args, wids, meta, model_note: str,
+                wall: float) -> list[str]:
     counts = runs.drop_duplicates("workload")["kernel"].value_counts()
-    lines += [
-        "",
-        "## Setup",
-        "",
-        f"- Data: `{os.path.relpath(args.dataset, ROOT)}` ({meta['parts']} parquet parts), "
+    options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                       if k in ("seeds", "trials", "every", "gp_seeds", "gp_trials",
+                                "gp_every", "workers"))
+    return [
+        f"- Data: `{harness.relative(args.dataset)}` ({meta['parts']} parquet parts), "
         f"{meta['gpu']}, driver {meta['driver']}, triton {meta['triton']}, torch {meta['torch']}, "
         f"collected {meta['dates']} (part metadata). Replay returns the recorded times.",
         f"- Workloads: {nth(args.every)} shape of each family's test suite, dtype "
@@ -308,9 +289,8 @@ def write_md(path: Path, runs: pd.DataFrame, *, summary: pd.DataFrame, args, wid
         f"temperature={PRIOR['temperature']}`.",
         f"- Seeds: {args.seeds} per strategy; trials 1..{args.trials}. **GP is capped**: "
         f"{args.gp_seeds} seeds, {args.gp_trials} trials, {nth(args.gp_every)} of those "
-        "workloads "
-        f"({len(args.gp_workloads)} workloads): a GP proposal costs ~0.1 s here against "
-        "~5 ms for TPE. model_topk is deterministic (one run per workload).",
+        f"workloads ({len(args.gp_workloads)} workloads): a GP proposal costs ~0.1 s here "
+        "against ~5 ms for TPE. model_topk is deterministic (one run per workload).",
         "- A trial counts when it measures a config. Proposals outside the space's constraints "
         "(pruned, never measured) and repeats of measured configs (cached) don't count; when a "
         "sampler repeats a config or proposes nothing new 8 times in a row, the study measures "
@@ -319,17 +299,31 @@ def write_md(path: Path, runs: pd.DataFrame, *, summary: pd.DataFrame, args, wid
         "- Each study stops once it has measured the exhaustive best (the ratio cannot rise past "
         "1 after that): this saves CPU and changes no curve; the provenance table counts "
         "proposals until then. warm_tpe equals model_topk up to k = n_warm by construction.",
-        "- Command: `python experiments/search_strategies.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                   if k in ("seeds", "trials", "every", "gp_seeds", "gp_trials", "gp_every",
-                            "workers"))
-        + f"` (the defaults); wall time {wall:.0f} s on this 2-core CPU, shared with other "
-        "jobs.",
+        f"- Options: `{options}` (the defaults); wall time {wall:.0f} s on this 2-core CPU, "
+        "shared with other jobs."]
+
+
+def report_lines(runs: pd.DataFrame, summary: pd.DataFrame, *, args, wids, meta,
+                 model_note: str, wall: float) -> list[str]:
+    ks = [k for k in KS if k <= args.trials]
+    overall = cell_table(summary, {f"k={k}": ("all", k) for k in ks})
+    families = cell_table(summary, {f"{f} k={k}": (f, k) for f in
+                                    ("gemm", "softmax", "attention") for k in (8, 32)})
+    return [
+        "# Search strategies on replay: best found vs exhaustive best", "",
+        harness.provenance(dataset=Path(args.dataset)), "",
+        "Question: does a study warm-started with the cost model reach 0.99 of the exhaustive "
+        "best in <= 8 measured trials (median)? How many does plain TPE need?", "",
+        "## Answer", "", *answer_lines(summary), "",
+        "## Ratio exhaustive best / best found after k measured trials, all families", "",
+        "Median [p25, p75] over runs (workloads x seeds).", "", harness.md_table(overall), "",
+        "## Per family (median [p25, p75])", "", harness.md_table(families), "",
+        "## Where the measured configs came from (per study, mean)", "",
+        harness.md_table(source_table(runs), floatfmt=("", "", ".2f", ".1f", ".1f", ".1f")),
         "",
-        "![ratio vs trials](search_strategies.png)",
-        "",
-    ]
-    path.write_text("\n".join(lines))
+        "## Setup", "", *setup_lines(runs, args=args, wids=wids, meta=meta,
+                                     model_note=model_note, wall=wall), "",
+        "![ratio vs trials](search_strategies.png)", ""]
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ compiled (an interrupted computation leaves rows with a tooling error, not a rea
 Exits with status 3 and a message naming what is missing when no family qualifies.
 Writes experiments/results/static_vs_compiled.{md,csv}.
 
-    python experiments/static_vs_compiled.py [--dataset datasets/h200]
+    python -m experiments.static_vs_compiled [--dataset datasets/h200]
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from report_header import provenance
 
-import costtune
 from costtune.evaluate import evaluate
 from costtune.features import feature_table_paths
 from costtune.model import CostModel
+from experiments import harness
 
-RESULTS = Path(__file__).resolve().parent / "results"
 KS = (1, 2, 4, 8, 16)
 MIN_COMPILED = 0.9
 MODELS = ("xgb:static", "xgb:static+compiled")
@@ -87,32 +85,30 @@ def run(df: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
-def write(md: list[str]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "static_vs_compiled.md").write_text("\n".join(md))
+def write(md: list[str], table: pd.DataFrame | None = None) -> None:
+    harness.write_report("static_vs_compiled", md, table)
     print("\n".join(md))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", type=Path, default=Path("datasets/h200"))
+    ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     args = ap.parse_args()
-    df = costtune.load_dataset(args.dataset)
+    df = harness.load_dataset(args.dataset)
     tables, notes = find_tables(df, args.dataset)
-    md = ["# Static vs static+compiled features", "", provenance(args.dataset, len(df))]
+    md = ["# Static vs static+compiled features", "",
+          harness.provenance(dataset=args.dataset, n_rows=len(df))]
     if not tables:
         md += ["- **Not run: no family has compiled features.** Nothing was measured.", "",
                "## Families", "", *notes, "", f"Why: {WHY_MISSING}.", ""]
         write(md)
-        (RESULTS / "static_vs_compiled.csv").unlink(missing_ok=True)  # no stale numbers
+        (harness.RESULTS / "static_vs_compiled.csv").unlink(missing_ok=True)  # no stale numbers
         print(f"static_vs_compiled: skipped, no usable compiled features for "
               f"{', '.join(sorted(df['kernel'].unique()))}; compute them with "
               f"`{compute_command(args.dataset, None)}` (one family: "
               f"`{compute_command(args.dataset, 'attention')}`)", file=sys.stderr)
         sys.exit(SKIPPED)
     table = run(df, tables)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    table.to_csv(RESULTS / "static_vs_compiled.csv", index=False)
     covered = ", ".join(tables)
     md += [f"- Measured: TenSet top-k score of `{MODELS[0]}` vs `{MODELS[1]}` (rank:pairwise, "
            f"300 trees, per family) for **{covered}** only, under `split` (train suite -> "
@@ -124,8 +120,8 @@ def main() -> None:
            f"Why not every family: {WHY_MISSING}." if len(tables) < df["kernel"].nunique()
            else "", ""]
     for protocol, part in table.groupby("protocol", sort=False):
-        md += [f"## {protocol}", "", part.drop(columns="protocol").to_markdown(
-            index=False, floatfmt=".3f"), ""]
+        md += [f"## {protocol}", "", harness.md_table(part.drop(columns="protocol"),
+                                                      floatfmt=".3f"), ""]
     delta = table[table["name"].isin(MODELS)].pivot_table(
         index=["kernel", "protocol"], columns="name",
         values=["top1", "top8", "worst8", "kendall_tau"])
@@ -143,7 +139,7 @@ def main() -> None:
            "show a gain and worst8 hinges on one workload; the mean per-workload Kendall tau "
            "(agreement of the whole ranking with the measured order) is the more sensitive "
            "comparison.", ""]
-    write(md)
+    write(md, table)
 
 
 if __name__ == "__main__":

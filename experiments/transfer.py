@@ -10,7 +10,7 @@ Three protocols of ``costtune.evaluate.protocols``, same model parameters as the
 
 Writes experiments/results/transfer.{md,csv,png}.
 
-    python experiments/transfer.py [--dataset datasets/h200] [--trees 300]
+    python -m experiments.transfer [--dataset datasets/h200] [--trees 300]
 """
 
 from __future__ import annotations
@@ -20,14 +20,12 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from report_header import provenance
 
-import costtune
 from costtune.evaluate import evaluate
 from costtune.evaluate.report import kernel_panels, save_panels, topk_panel
 from costtune.model import CostModel
+from experiments import harness
 
-RESULTS = Path(__file__).resolve().parent / "results"
 KS = (1, 2, 4, 8, 16)
 PROTOCOLS = {"split": "train suite -> test suite", "kfold": "unseen shapes (grouped 5-fold)",
              "lofo": "unseen family (train on the other two)"}
@@ -88,19 +86,18 @@ def plot(table: pd.DataFrame, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", type=Path, default=Path("datasets/h200"))
+    ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     ap.add_argument("--trees", type=int, default=300, help="XGBoost rounds per model")
     args = ap.parse_args()
-    df = costtune.load_dataset(args.dataset)
+    df = harness.load_dataset(args.dataset)
     table, seconds = run(df, trees=args.trees)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    table.to_csv(RESULTS / "transfer.csv", index=False)
-    plot(table, RESULTS / "transfer.png")
+    harness.RESULTS.mkdir(parents=True, exist_ok=True)
+    plot(table, harness.RESULTS / "transfer.png")
     ours = table[table["name"] == MODEL].pivot(index="kernel", columns="protocol")
     head = pd.DataFrame({f"{m} {p}": ours[(m, p)] for m in ("top1", "top8", "worst8")
                          for p in PROTOCOLS}).reset_index()
     md = ["# Transfer: unseen shapes and unseen kernel families", "",
-          provenance(args.dataset, len(df)),
+          harness.provenance(dataset=args.dataset, n_rows=len(df)),
           f"- Measured: TenSet top-k score of `{MODEL}` (rank:pairwise, static features, "
           f"{args.trees} trees) under three protocols of `costtune.evaluate.protocols`: "
           + "; ".join(f"`{p}` = {d}" for p, d in PROTOCOLS.items())
@@ -111,14 +108,14 @@ def main() -> None:
           "training). The best static list cannot move configs across families and is left "
           "out of lofo. Runtimes: " + ", ".join(f"{p} {s:.0f} s" for p, s in seconds.items())
           + ". Not measured: anything on a GPU.", "",
-          f"## `{MODEL}` by protocol", "", head.to_markdown(index=False, floatfmt=".3f"), "",
+          f"## `{MODEL}` by protocol", "", harness.md_table(head, floatfmt=".3f"), "",
           "Unseen family against the training-free rankers (scored on the same workloads):",
           "", *findings(table), ""]
     for protocol, what in PROTOCOLS.items():
         part = table[table["protocol"] == protocol].drop(columns="protocol")
-        md += [f"## {protocol}: {what}", "", part.to_markdown(index=False, floatfmt=".3f"), ""]
+        md += [f"## {protocol}: {what}", "", harness.md_table(part, floatfmt=".3f"), ""]
     md += ["![transfer](transfer.png)", ""]
-    (RESULTS / "transfer.md").write_text("\n".join(md))
+    harness.write_report("transfer", md, table)
     print("\n".join(md))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -268,23 +269,21 @@ def test_time_budget_stops_submitting_new_workloads(client, mini, tmp_path):
     assert rest["workloads"] == 6 - summary["workloads"]
 
 
-def _script(name: str):
-    import importlib.util
+def _experiment(module: str):
+    """A module of the experiments package (its report and probe steps run on CPU)."""
+    import importlib
     import sys
 
-    path = REPO / "experiments" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    return importlib.import_module(f"experiments.{module}")
 
 
 def test_dask_scaling_solves_each_runs_own_noise():
     """The three-cornered hat: from pairwise differences alone it finds which run is noisy."""
     import numpy as np
 
-    script = _script("dask_scaling")
+    script = _experiment("dask_scaling.analysis")
     rng = np.random.default_rng(0)
     n = 20_000
     truth = np.exp(rng.uniform(-5, 0, n))
@@ -302,17 +301,17 @@ def test_dask_scaling_solves_each_runs_own_noise():
 
 
 def test_dask_scaling_cpu_probe_rates_every_level_against_one_process(monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # spawned processes import it
-    script = _script("dask_scaling")
-    probe = script.cpu_probe([1, 2], seconds=0.3)
+    monkeypatch.syspath_prepend(str(REPO))  # spawned processes import experiments.*
+    probe = _experiment("dask_scaling.probe").cpu_probe([1, 2], seconds=0.3)
     assert probe["processes"].tolist() == [1, 2, 1]  # the first level again at the end
     assert probe["repeat"].tolist() == [False, False, True]
     assert probe["per_process_vs_first"].iloc[[0, 2]].mean() == pytest.approx(1.0)
     assert (probe["per_process"] > 0).all() and (probe["slowest"] <= probe["per_process"]).all()
     second = probe.iloc[1]
     assert second["total_vs_first"] == pytest.approx(2 * second["per_process_vs_first"])
-    text = "\n".join(script.host_lines({"1 GPU": {"wall_s": 10.0, "busy_cpus": 9.2,
-                                                  "niced_cpus": 8.1, "steal_share": 0.031},
-                                        "2 GPUs": {}}, probe))
+    lines = _experiment("dask_scaling.text").host_lines(
+        {"1 GPU": {"wall_s": 10.0, "busy_cpus": 9.2, "niced_cpus": 8.1, "steal_share": 0.031},
+         "2 GPUs": {}}, probe)
+    text = re.sub(" +", " ", "\n".join(lines))  # markdown tables pad their cells
     assert "| 1 GPU | 10.0 | 9.2 | 8.1 | 3.1% |" in text and "| 2 GPUs |" not in text
     assert "| 2 | " in text and "| 1 (again) | " in text

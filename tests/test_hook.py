@@ -515,36 +515,36 @@ def test_two_stage_and_precompile_on_gpu(train_rows, tmp_path):
 
 def test_prune_vs_exhaustive_plans_on_cpu(capsys, tmp_path):
     """The GPU experiment's argument parsing, plan and resume log (its runs need the H200)."""
-    import importlib.util
+    import importlib
     import json
     import sys
     from dataclasses import asdict
 
-    path = Path(__file__).resolve().parents[1] / "experiments" / "prune_vs_exhaustive.py"
-    spec = importlib.util.spec_from_file_location("prune_vs_exhaustive", path)
-    script = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = script
-    spec.loader.exec_module(script)
-    assert script.main(["--dry-run", "--budget-s", "120", "--ks", "1,8"]) == 0
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    plan = importlib.import_module("experiments.prune_vs_exhaustive.plan")
+    tuning = importlib.import_module("experiments.prune_vs_exhaustive.tuning")
+    assert plan.main(["--budget-s", "120", "--ks", "1,8"]) == 0
     out = capsys.readouterr().out
     assert "plan:" in out and "exhaustive" in out and "over the time budget" in out
-    runs, _ = script.plan(["gemm"], 1, ks=[8], methods=["exhaustive", "costtune", "tutorial"],
-                          two_stage_ok=False, cores=16)
+    runs, _ = plan.plan(["gemm"], 1, ks=[8], methods=["exhaustive", "costtune", "tutorial"],
+                        two_stage_ok=False, cores=16)
     assert [r.label for r in runs] == ["exhaustive", "costtune k=8", "tutorial"]
-    assert runs[0].n_space == len(gemm.config_space(script.SHAPES["gemm"][0]))
-    both, _ = script.plan(["gemm", "softmax"], 1, ks=[8], methods=["exhaustive", "costtune"],
-                          two_stage_ok=False, cores=16)  # every family's reference first
+    assert runs[0].n_space == len(gemm.config_space(plan.SHAPES["gemm"][0]))
+    both, _ = plan.plan(["gemm", "softmax"], 1, ks=[8], methods=["exhaustive", "costtune"],
+                        two_stage_ok=False, cores=16)  # every family's reference first
     assert [(r.method, r.family) for r in both] == [
         ("exhaustive", "gemm"), ("exhaustive", "softmax"), ("costtune", "gemm"),
         ("costtune", "softmax")]
     log = tmp_path / "runs.jsonl"  # what --resume reads back
     log.write_text("".join(json.dumps({"run": asdict(r), "result": {"status": "ok"}}) + "\n"
                            for r in both[:2]))
-    assert [(r, res["status"]) for r, res in script.load_log(log)] == [
+    assert [(r, res["status"]) for r, res in plan.load_log(log)] == [
         (both[0], "ok"), (both[1], "ok")]
-    assert len({script.run_id(r) for r in both}) == 4
+    assert len({plan.run_id(r) for r in both}) == 4
     with pytest.raises(SystemExit):
-        script.main(["--dry-run", "--families", "conv"])
+        plan.main(["--families", "conv"])
 
     # One run's tuning, on CPU tensors under the interpreter: the kernel is decorated before
     # any input exists, then tuned through the family's launch; it benchmarks k configs
@@ -554,14 +554,14 @@ def test_prune_vs_exhaustive_plans_on_cpu(capsys, tmp_path):
         fam = costtune.get_family(family)
         survivors = None
         for method, k in (("costtune", 2), ("exhaustive", None)):
-            run = script.Run(family, problem, method, k, 0, 0.0)
+            run = plan.Run(family, problem, method, k, 0, 0.0)
             # exhaustive over costtune's survivors only: the interpreter is slow
-            configs = survivors or script.method_configs(fam, run)
+            configs = survivors or tuning.method_configs(fam, run)
             bench = Bench()
-            tuner = script.make_tuner(script.kernel_fn(fam, run, configs), configs=configs,
+            tuner = tuning.make_tuner(tuning.kernel_fn(fam, run, configs), configs=configs,
                                       run=run, do_bench=bench, options={})
             inputs = fam.make_inputs(problem, "float16")
-            script.tuned_launch(fam, inputs, tuner, configs=configs, run=run)()
+            tuning.tuned_launch(fam, inputs, tuner, configs=configs, run=run)()
             assert bench.calls == (k or len(configs)) and tuner.best_config in configs
             if method == "costtune":
                 assert tuner.early_config_prune.last.fallbacks == []

@@ -1,0 +1,1 @@
+"""Scripts for lent GPU machines: the dataset collection and device-call wrappers."""

@@ -1,0 +1,120 @@
+"""The experiments package: its size limits, the harness, and the GPU questions' report steps,
+which must rebuild their figures on a CPU from the raw files committed under
+experiments/results/raw/."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import json
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = REPO / "experiments"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
+
+
+@pytest.fixture(scope="module", autouse=True)
+def importable():
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+
+
+def _experiment(module: str):
+    return importlib.import_module(f"experiments.{module}")
+
+
+def test_experiment_modules_and_functions_stay_small():
+    too_long = []
+    for path in sorted(EXPERIMENTS.rglob("*.py")):
+        source = path.read_text()
+        name = path.relative_to(REPO)
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    assert too_long == []
+
+
+def test_harness_writes_a_report_and_its_table(tmp_path):
+    harness = _experiment("harness")
+    table = pd.DataFrame({"k": [1, 2], "score": [0.91234, float("nan")]})
+    md = harness.write_report("q", ["# Q", "", harness.provenance(), "",
+                                    harness.md_table(table, floatfmt=".2f", missing="-")],
+                              table, out=tmp_path)
+    text = md.read_text()
+    assert md == tmp_path / "q.md" and text.startswith("# Q\n") and text.endswith("|\n")
+    assert "- Command: `python" in text and "torch " in text and "xgboost " in text
+    flat = re.sub(" +", " ", text)  # markdown tables pad their cells
+    assert "| 1 | 0.91 |" in flat and "| 2 | - |" in flat and "nan" not in text
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "q.csv"), table)
+    assert (harness.command(["experiments/x.py", "--a", "b c"])
+            == "python experiments/x.py --a 'b c'")
+
+
+def test_prune_report_rebuilds_the_committed_csv(tmp_path):
+    report = _experiment("prune_vs_exhaustive.report")
+    assert report.main(["--out", str(tmp_path)]) == 0
+    new = pd.read_csv(tmp_path / "prune_vs_exhaustive.csv")
+    pd.testing.assert_frame_equal(new, pd.read_csv(EXPERIMENTS / "results" /
+                                                   "prune_vs_exhaustive.csv"))
+    text = (tmp_path / "prune_vs_exhaustive.md").read_text()
+    assert "## Same runs under earlier code (`runs_session3.jsonl`)" in text
+    assert (tmp_path / "prune_vs_exhaustive.png").stat().st_size > 0
+
+
+def test_dask_report_recomputes_what_each_experiment_recorded(tmp_path):
+    """Where an experiment kept its rows, the per-workload agreement recomputed from them
+    equals the CSV its own report wrote at the time."""
+    report = _experiment("dask_scaling.report")
+    raw = EXPERIMENTS / "results" / "raw" / "dask_scaling"
+    assert report.main(["--out", str(tmp_path)]) == 0
+    new = pd.read_csv(tmp_path / "dask_scaling.csv")
+    checked = 0
+    for folder in sorted(raw.iterdir()):
+        runs = [json.loads(line) for line in (folder / "runs.jsonl").read_text().splitlines()]
+        if not runs[0]["rows"] or not (folder / "report_as_written.csv").exists():
+            continue
+        mine = new[new["experiment"] == folder.name].drop(columns="experiment")
+        pd.testing.assert_frame_equal(mine.reset_index(drop=True),
+                                      pd.read_csv(folder / "report_as_written.csv"),
+                                      check_exact=False, rtol=1e-9)
+        checked += 1
+    assert checked >= 6
+    text = (tmp_path / "dask_scaling.md").read_text()
+    assert "**Speed-up 1.91x**" in text and "**Speed-up 1.50x**" in text
+
+
+def test_compile_scaling_report_keeps_the_recorded_figures(tmp_path):
+    module = _experiment("compile_scaling")
+    assert module.main(["report", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "compile_scaling.md").read_text().replace(" ", "")
+    for row in ("|8|7.1|4.8|19.8|1.00x|96|", "|16|8.8|2.6|36.7|1.85x|96|",
+                "|32|13.3|1.9|49.5|2.50x|96|"):
+        assert row in text
+    assert module.main(["plan", "--procs", "2,4"]) == 0
+    with pytest.raises(SystemExit):
+        module.main(["plan", "--procs", ""])
+
+
+def test_dask_plan_orders_the_extra_runs():
+    plan = _experiment("dask_scaling.plan")
+    ap = argparse.ArgumentParser()
+    plan.add_args(ap)
+    args = plan.settle(ap.parse_args(["--gpus", "2", "--extra-runs", "1", "1s", "2",
+                                      "--compile-workers", "8"]))
+    runs = plan.runs(args)
+    assert [r["label"] for r in runs] == ["1gpu", "2gpu", "1gpu_b", "1gpu_shuffled", "2gpu_b"]
+    assert [r["cache_of"] for r in runs] == [None, None, "1gpu", "1gpu", "1gpu"]
+    assert runs[3]["order"] == "given" and runs[3]["shuffle_seed"] == 2
+    assert plan.fixed_compile_workers(args) == 8
