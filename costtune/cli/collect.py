@@ -86,7 +86,7 @@ def collect(kernel: str = typer.Argument(..., help="gemm | softmax | attention")
                   + f"), {summary['configs']} configs, {summary['ok']} ok, "
                   f"{summary['failed']} failed, {summary['seconds']:.0f} s, {rate:.1f} configs/s"
                   + (" [yellow](stopped at time budget)[/]" if summary["stopped_early"] else ""))
-    console.print(json.dumps(summary))
+    typer.echo(json.dumps(summary))  # one line, never wrapped: scripts parse it
 
 
 def _gpu_ids(gpus: str | None) -> list[int] | None:
