@@ -39,11 +39,15 @@ def test_demo_names_the_kept_configs_and_prints_the_leaderboard():
     result = CliRunner().invoke(app, ["demo", "--dataset", str(DATASET)])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "kept 8 of 384" in out and "fallbacks=none" in out
+    # What the demo says it kept is what the hook keeps (8, or more where a doubt widens k;
+    # configs that cannot launch are dropped first and named under the fallbacks).
+    assert "fallbacks=" in out
     for text in DEFAULT_SHAPES:
         shape = parse_shape(text)
-        assert f"M={shape['M']} N={shape['N']} K={shape['K']} float16" in out
-        for rank, cfg in enumerate(kept_by_the_hook(shape), 1):
+        kept = kept_by_the_hook(shape)
+        assert f"M={shape['M']} N={shape['N']} K={shape['K']} float16: kept {len(kept)} of 384" \
+            in out
+        for rank, cfg in enumerate(kept, 1):
             tile = "x".join(str(cfg.kwargs[p]) for p in TUTORIAL_PARAMS)
             row = rf"^\s*{rank}\s+{tile}\s+{cfg.num_warps}\s+{cfg.num_stages}\s"
             assert re.search(row, out, re.MULTILINE), (rank, tile, out)
