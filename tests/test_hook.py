@@ -15,6 +15,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from tiny_kernels import masked_tile_matmul
 
 import costtune
 from costtune.kernels import gemm, relative_error
@@ -196,18 +197,7 @@ def test_model_doubts_widen_or_keep_all(case, kept, word, model, train_rows, rec
 
 @triton.jit
 def _tiny_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), tl.float32)
-    for k0 in range(0, k, BK):
-        kk = k0 + rk
-        a = tl.load(x + rm[:, None] * k + kk[None, :], mask=(rm[:, None] < m) & (kk[None, :] < k),
-                    other=0.0)
-        b = tl.load(y + kk[:, None] * n + rn[None, :], mask=(kk[:, None] < k) & (rn[None, :] < n),
-                    other=0.0)
-        acc += tl.dot(a, b)
-    tl.store(out + rm[:, None] * n + rn[None, :], acc, mask=(rm[:, None] < m) & (rn[None, :] < n))
+    masked_tile_matmul(x, y, out, m, n, k, BM, BN, BK)
 
 
 USER = [triton.Config({"BM": 32, "BN": bn, "BK": bk}, num_warps=w, num_stages=2)
