@@ -11,8 +11,9 @@ outputs disagree (NaN where the others are finite, a large error) cannot win.
   tensor under a TMA descriptor argument, whose contents a launch changes, found by comparing
   each with a copy taken before);
   ``reference``: ``fn(args) -> Tensor | Sequence[Tensor] | dict[name, Tensor]``, called once
-  with the call's arguments by name (tensors as they were before any config ran), giving the
-  expected outputs in ``outputs`` order (one tensor: the one output); without it, configs vote;
+  with the call's arguments by name (copies of the tensors as they were before any config
+  ran; a TMA descriptor argument as its tensor), giving the expected outputs in ``outputs``
+  order (one tensor: the one output); without it, configs vote;
   ``rtol``, ``atol``: two outputs agree when their non-finite entries match and
   ``||a - b|| <= rtol * max(||a||, ||b||) + atol * sqrt(numel)`` (default rtol 1e-2, 5e-2 for
   bfloat16, 1e-1 for 8-bit floats; atol 0; integer and bool outputs must match exactly).
