@@ -5,6 +5,7 @@ are skipped. With one (`pytest -m gpu` on the H200), kernels compile for the dev
 """
 
 import os
+import warnings
 
 import pytest
 import torch
@@ -23,3 +24,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def record():
+    """Every warning raised inside the test, none filtered out."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 import triton
+from helpers import ours
 
 import costtune
 from costtune.hardware import H200
@@ -22,7 +23,7 @@ from costtune.model.xgb import CostModel
 from costtune.tune import feasibility
 from costtune.tune.feasibility import meta_args, operand_alignment, shared_floor
 from costtune.tune.trained import build, load_trained
-from costtune.types import Config, CosttuneWarning
+from costtune.types import Config
 
 DATASET = Path(__file__).resolve().parents[1] / "datasets" / "h200"
 LIMIT = H200.max_shared_per_block
@@ -49,17 +50,6 @@ def floor_of(config, m, n, k) -> int:
     p = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
     return shared_floor("gemm", {"M": m, "N": n, "K": k}, p, dtype="float16",
                         aligned=operand_alignment("gemm", gemm_args(m, n, k)), target=H200)
-
-
-def ours(record) -> list[str]:
-    return [str(w.message) for w in record if issubclass(w.category, CosttuneWarning)]
-
-
-@pytest.fixture
-def record():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield caught
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from tiny_kernels import masked_tile_matmul
+from helpers import masked_tile_matmul, ours
 from triton.compiler.errors import CompileTimeAssertionFailure
 from triton.runtime.errors import InterpreterError, OutOfResources
 
@@ -175,10 +175,6 @@ def run_scale(tuner, n=100):
     out = torch.empty_like(x)
     tuner[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
     return x, out
-
-
-def ours(caught):
-    return [str(w.message) for w in caught if issubclass(w.category, CosttuneWarning)]
 
 
 def test_without_check_the_wrong_config_wins():

@@ -5,8 +5,6 @@ a few real H200 GEMM workloads (datasets/h200), so every test runs without a GPU
 from __future__ import annotations
 
 import itertools
-import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +13,13 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from tiny_kernels import masked_tile_matmul
+from helpers import Bench, masked_tile_matmul, ours
 
 import costtune
 from costtune.kernels import gemm, relative_error
 from costtune.model.features import config_rows
 from costtune.model.xgb import CostModel
-from costtune.tune.pruner import CosttuneWarning, keep_count
+from costtune.tune.pruner import keep_count
 from costtune.types import Config
 
 DATASET = Path(__file__).resolve().parents[1] / "datasets" / "h200"
@@ -52,20 +50,6 @@ def model_path(model, tmp_path_factory) -> Path:
     return model.save(tmp_path_factory.mktemp("models") / "gemm_small")
 
 
-class Bench:
-    """do_bench that runs the config once: counts calls, times on the host clock."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, fn, quantiles=None):
-        self.calls += 1
-        start = time.perf_counter()
-        fn()
-        ms = (time.perf_counter() - start) * 1e3
-        return [ms, ms, ms]
-
-
 def gemm_tuner(configs, bench, **prune_options):
     prune = costtune.prune_configs_by(**prune_options)
     tuner = triton.autotune(configs, key=["M", "N", "K"], prune_configs_by=prune,
@@ -85,17 +69,6 @@ def run_gemm(tuner, shape):
                 UPCAST_DOT=False)
     assert relative_error(c, gemm.reference(x)) < 1e-3
     return c
-
-
-def ours(record) -> list[str]:
-    return [str(w.message) for w in record if issubclass(w.category, CosttuneWarning)]
-
-
-@pytest.fixture
-def record():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield caught
 
 
 def test_benchmarks_only_the_models_top_k(model, record):

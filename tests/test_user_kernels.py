@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import time
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 import triton
 import triton.language as tl
-from tiny_kernels import masked_tile_matmul
+from helpers import Bench, masked_tile_matmul, ours
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import costtune
@@ -36,31 +34,6 @@ def _load(name: str, path: Path):
 
 zoo = _load("user_kernels", ROOT / "experiments" / "user_kernels.py")
 STYLES = zoo.STYLES
-
-
-class Bench:
-    """do_bench that runs the config once: counts calls, times on the host clock."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, fn, quantiles=None):
-        self.calls += 1
-        start = time.perf_counter()
-        fn()
-        ms = (time.perf_counter() - start) * 1e3
-        return [ms, ms, ms]
-
-
-def ours(caught) -> list[str]:
-    return [str(w.message) for w in caught if issubclass(w.category, costtune.CosttuneWarning)]
-
-
-@pytest.fixture
-def record():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield caught
 
 
 @pytest.mark.parametrize("name", list(STYLES))

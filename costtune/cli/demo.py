@@ -42,15 +42,15 @@ def register(app: typer.Typer) -> None:
         shapes = [parse_shape(s) for s in shape]
         check_dataset(dataset)
         import costtune
-        from costtune.cli.demo_kernel import TUTORIAL_PARAMS, matmul_kernel, tutorial_configs
+        from costtune.cli.demo_kernel import matmul_kernel, tutorial_configs
 
         configs = tutorial_configs()
         tuner = costtune.autotune(configs, key=["M", "N", "K"], top_k=top_k, model=model,
-                                  params=TUTORIAL_PARAMS, precompile=False)(matmul_kernel)
+                                  precompile=False)(matmul_kernel)
         console.print(f"Triton tutorial-03 matmul, {len(configs)} configs, under "
-                      f"costtune.autotune(top_k={top_k}, model={model!r}, params=...), the "
-                      f"tutorial's names mapped as {TUTORIAL_PARAMS}. Each shape is pruned as "
-                      "Triton's Autotuner prunes on a first call; nothing compiles or runs.\n")
+                      f"costtune.autotune(top_k={top_k}, model={model!r}), no mapping: the hook "
+                      "reads the tutorial's names itself. Each shape is pruned as Triton's "
+                      "Autotuner prunes on a first call; nothing compiles or runs.\n")
         measured = costtune.load_dataset(dataset, kernel="gemm")
         for i, problem in enumerate(shapes):
             kept, caught = prune_like_triton(tuner, problem)

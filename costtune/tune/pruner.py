@@ -244,11 +244,11 @@ class ConfigPruner:
         if uses_compiled(model) and not self.two_stage:
             doubts.append(("features", f"cost model {self.model!r} needs compiled features; "
                            "without two_stage=True it ranks with them missing"))
-        return self._rank(model, launch, configs, args, kwargs, alive, params, columns,
-                          doubts, refused, notes)
+        return self._rank(model, launch, configs, alive, params, columns, doubts, refused,
+                          notes)
 
-    def _rank(self, model: Any, launch: Any, configs: Sequence[Any], args: dict[str, Any],
-              kwargs: dict[str, Any], alive: np.ndarray, params: list[dict],
+    def _rank(self, model: Any, launch: Any, configs: Sequence[Any], alive: np.ndarray,
+              params: list[dict],
               columns: dict[str, np.ndarray], doubts: list[tuple[str, str]],
               refused: dict[int, str], notes: list[tuple[str, str]]
               ) -> tuple[PruneDecision, np.ndarray]:

@@ -1,6 +1,9 @@
-"""Small Triton pieces the CPU tests share (run under TRITON_INTERPRET=1)."""
+"""What the CPU tests share: a host-timed do_bench and a small Triton tile matmul (run under
+TRITON_INTERPRET=1)."""
 
 from __future__ import annotations
+
+import time
 
 import triton
 import triton.language as tl
@@ -23,3 +26,24 @@ def masked_tile_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
                     other=0.0)
         acc += tl.dot(a, b)
     tl.store(out + rm[:, None] * n + rn[None, :], acc, mask=(rm[:, None] < m) & (rn[None, :] < n))
+
+
+class Bench:
+    """do_bench that runs the config once: counts calls, times on the host clock."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, fn, quantiles=None):
+        self.calls += 1
+        start = time.perf_counter()
+        fn()
+        ms = (time.perf_counter() - start) * 1e3
+        return [ms, ms, ms]
+
+
+def ours(caught) -> list[str]:
+    """The messages of the CosttuneWarnings among ``caught`` (the ``record`` fixture's list)."""
+    from costtune.types import CosttuneWarning
+
+    return [str(w.message) for w in caught if issubclass(w.category, CosttuneWarning)]
