@@ -25,6 +25,7 @@ def rows(paths: list[Path]) -> tuple[dict, pd.DataFrame]:
             res = rec["result"]
             got = res.get("checked", res)
             out.append({
+                "commit": (rec.get("env") or {}).get("costtune_commit"),
                 "run": rec["id"], "status": rec["status"], "configs": res.get("n_configs", 384),
                 "top_k": rec["run"].get("top_k"),
                 "tune_s": round(got.get("tune_s", float("nan")), 1),
@@ -46,11 +47,11 @@ def main() -> None:
     env, df = rows(paths)
     print("# Issue 21 on the H200: pruning never makes tuning fail\n")
     print(f"- GPU {env.get('gpu')}, driver {env.get('driver')}, torch {env.get('torch')}, "
-          f"triton {env.get('triton')}; {env.get('date')}; costtune commit "
-          f"{env.get('costtune_commit')}; command `{env.get('command')}`")
-    print("- Device call: `COSTTUNE_COMMIT=4c4cdf8 bash experiments/device/call_safety_h200.sh`"
-          " (nvidia-h200, seventh session's call 2); raw lines in `raw/safety_h200/`; this "
-          "report: `python experiments/device/safety_report.py`\n")
+          f"triton {env.get('triton')}; command `{env.get('command')}`")
+    print("- Device calls: `COSTTUNE_COMMIT=<commit> bash experiments/device/call_safety_h200.sh`"
+          " (nvidia-h200, seventh session's calls 2 at 4c4cdf8 and 6 at f1102f8, the final "
+          "code); raw lines in `raw/safety_h200/`; this report: "
+          "`python experiments/device/safety_report.py`\n")
     print(df.to_markdown(index=False))
 
 
