@@ -10,15 +10,19 @@ from __future__ import annotations
 from costtune.kernels.base import (
     FAMILIES,
     FLAG_KEYS,
+    IMPLEMENTATIONS,
     PROBLEM_COLUMNS,
     PROBLEM_KEYS,
     SIZE_KEYS,
     KernelCall,
     check_tensor,
     dtype_of,
+    family_of,
     get_family,
+    get_implementation,
     relative_error,
 )
 
-__all__ = ["FAMILIES", "FLAG_KEYS", "PROBLEM_COLUMNS", "PROBLEM_KEYS", "SIZE_KEYS", "KernelCall",
-           "check_tensor", "dtype_of", "get_family", "relative_error"]
+__all__ = ["FAMILIES", "FLAG_KEYS", "IMPLEMENTATIONS", "PROBLEM_COLUMNS", "PROBLEM_KEYS",
+           "SIZE_KEYS", "KernelCall", "check_tensor", "dtype_of", "family_of", "get_family",
+           "get_implementation", "relative_error"]

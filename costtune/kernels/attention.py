@@ -35,6 +35,7 @@ from costtune.space import ConfigSpace
 from costtune.types import Config
 
 NAME = "attention"
+FAMILY = NAME  # the family's original implementation
 PROBLEM_KEYS = FAMILY_PROBLEM_KEYS[NAME]
 DTYPES = ("float16", "bfloat16")
 HEAD_DIMS = (64, 128)

@@ -23,6 +23,15 @@ from types import ModuleType
 from typing import Any
 
 FAMILIES = ("gemm", "softmax", "attention")
+# The implementations of each family in the suite, each a module ``costtune.kernels.<name>``
+# that fulfils the contract above for its family's problems (shapes, inputs, reference and
+# FLOP/byte counts are the family's; kernel, grid, launches and config space are its own). The
+# first is the family's original kernel, whose module is the family module itself.
+IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
+    "gemm": ("gemm", "gemm_tutorial", "gemm_tma"),
+    "softmax": ("softmax", "softmax_onepass", "softmax_multirow"),
+    "attention": ("attention", "attention_tma"),
+}
 # Each family's problem keys (its module's PROBLEM_KEYS reads them from here).
 PROBLEM_KEYS: dict[str, tuple[str, ...]] = {
     "gemm": ("M", "N", "K"), "softmax": ("rows", "cols"),
@@ -154,6 +163,22 @@ def get_family(name: str) -> ModuleType:
     """The family module by name, e.g. ``get_family("gemm").launch(inputs, config)``."""
     if name not in FAMILIES:
         raise ValueError(f"unknown kernel family {name!r}; known: {', '.join(FAMILIES)}")
+    return importlib.import_module(f"costtune.kernels.{name}")
+
+
+def family_of(implementation: str) -> str:
+    """The family an implementation belongs to: ``family_of("gemm_tma") == "gemm"``."""
+    for family, names in IMPLEMENTATIONS.items():
+        if implementation in names:
+            return family
+    known = ", ".join(n for names in IMPLEMENTATIONS.values() for n in names)
+    raise ValueError(f"unknown kernel implementation {implementation!r}; known: {known}")
+
+
+def get_implementation(name: str) -> ModuleType:
+    """The implementation module by name (a family name gives its original kernel), e.g.
+    ``get_implementation("gemm_tma").launch(inputs, config)``."""
+    family_of(name)
     return importlib.import_module(f"costtune.kernels.{name}")
 
 

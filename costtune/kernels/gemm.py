@@ -43,6 +43,7 @@ from costtune.space import ConfigSpace
 from costtune.types import Config
 
 NAME = "gemm"
+FAMILY = NAME  # the family's original implementation
 PROBLEM_KEYS = FAMILY_PROBLEM_KEYS[NAME]
 DTYPES = ("float16", "bfloat16")
 

@@ -30,6 +30,7 @@ from costtune.space.config_space import ConfigSpace
 from costtune.types import Config
 
 NAME = "softmax"
+FAMILY = NAME  # the family's original implementation
 PROBLEM_KEYS = FAMILY_PROBLEM_KEYS[NAME]
 DTYPES = ("float16", "bfloat16", "float32")
 
