@@ -88,20 +88,37 @@ class Config:
 
 @dataclass(frozen=True)
 class Workload:
-    """One tuning problem: a kernel family at fixed problem sizes and dtype.
+    """One tuning problem: a kernel implementation at fixed problem sizes and dtype.
 
+    ``kernel`` is the family (gemm, softmax, attention), ``implementation`` the kernel of that
+    family that runs it (``costtune.kernels.IMPLEMENTATIONS``; by default the family's original,
+    named like the family). ``Workload("gemm_tma", ...)`` names an implementation directly.
     ``problem`` holds the family's problem sizes under its own names (M, N, K for GEMM).
+
+    >>> Workload("gemm_tma", {"M": 64, "N": 64, "K": 64}, "float16").kernel
+    'gemm'
     """
 
     kernel: str
     problem: tuple[tuple[str, Any], ...]
     dtype: str
+    implementation: str
 
-    def __init__(self, kernel: str, problem: dict[str, Any] | tuple, dtype: str) -> None:
+    def __init__(self, kernel: str, problem: dict[str, Any] | tuple, dtype: str,
+                 implementation: str | None = None) -> None:
+        from costtune.kernels.base import FAMILIES, family_of
+
         items = tuple(problem.items()) if isinstance(problem, dict) else tuple(problem)
+        if kernel not in FAMILIES and implementation is None:
+            try:
+                kernel, implementation = family_of(kernel), kernel
+            except ValueError:
+                pass  # a user kernel's own name (harvest): it is its own implementation
+        implementation = kernel if implementation is None else implementation
         object.__setattr__(self, "kernel", kernel)
         object.__setattr__(self, "problem", items)
         object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "implementation", implementation)
 
     @property
     def sizes(self) -> dict[str, Any]:
@@ -109,9 +126,10 @@ class Workload:
 
     @property
     def id(self) -> str:
-        """Readable id, e.g. ``gemm_M4096_N4096_K4096_float16``."""
+        """Readable id, e.g. ``gemm_M4096_N4096_K4096_float16`` (``gemm_tma_M4096_...`` for
+        another implementation than the family's original)."""
         parts = [f"{k}{int(v)}" for k, v in self.problem]
-        return "_".join([self.kernel, *parts, self.dtype])
+        return "_".join([self.implementation, *parts, self.dtype])
 
     def __str__(self) -> str:
         return self.id
@@ -137,6 +155,7 @@ class Measurement:
             "kernel": self.workload.kernel,
             "workload": self.workload.id,
             "dtype": self.workload.dtype,
+            "implementation": self.workload.implementation,
             **self.workload.sizes,
             **self.config.as_dict(),
             "config": self.config.key,

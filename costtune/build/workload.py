@@ -37,14 +37,15 @@ def rebuild_inputs(specs: dict[str, Any]) -> dict[str, Any]:
 
 
 def compile_config(kernel: str, specs: dict[str, tuple], config: dict[str, Any]) -> CompileResult:
-    """Compile one config in this process (a pool worker) through the family's own launches.
+    """Compile one config in this process (a pool worker) through the launches of ``kernel``
+    (an implementation name, ``costtune.kernels.IMPLEMENTATIONS``).
 
     Under a host-wide lock per (kernel, config, specialization): GPU workers of one host that
     need the same kernel at once compile it once, the others wait and load it from Triton's
     disk cache (the seconds reported start after the wait)."""
-    from costtune.kernels import get_family
+    from costtune.kernels import get_implementation
 
-    family = get_family(kernel)
+    family = get_implementation(kernel)
     inputs = rebuild_inputs(specs)
     with compile_lock(kernel, specs, config):
         start = time.perf_counter()
@@ -125,10 +126,10 @@ def submit_compiles(workload: Workload, configs: list[Config], inputs: dict[str,
     submission is a TIMEOUT."""
     specs = tensor_specs(inputs)
     if workers == 0:
-        return PendingCompiles({c.key: compile_config(workload.kernel, specs, c.as_dict())
+        return PendingCompiles({c.key: compile_config(workload.implementation, specs, c.as_dict())
                                 for c in configs}, timeout_s)
     pool = get_pool(workers)
-    return PendingCompiles({c.key: pool.submit(compile_config, workload.kernel, specs,
+    return PendingCompiles({c.key: pool.submit(compile_config, workload.implementation, specs,
                                                c.as_dict()) for c in configs}, timeout_s)
 
 

@@ -8,13 +8,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from costtune.kernels import get_family
+from costtune.kernels import get_implementation
 from costtune.types import Config, Workload
 
 
 def suite_problems(kernel: str, suite: str) -> list[dict[str, Any]]:
-    """Problems of a named suite ("train", "test") or of a JSON file holding a list of dicts."""
-    family = get_family(kernel)
+    """Problems of a named suite ("train", "test") or of a JSON file holding a list of dicts.
+    ``kernel``: a family or an implementation (``costtune.kernels.IMPLEMENTATIONS``), whose
+    suites are the family's shapes it supports."""
+    family = get_implementation(kernel)
     if suite in ("train", "test"):
         return [dict(p) for p in (family.TRAIN_SHAPES if suite == "train" else family.TEST_SHAPES)]
     path = Path(suite)
@@ -32,7 +34,7 @@ def suite_problems(kernel: str, suite: str) -> list[dict[str, Any]]:
 
 def bf16_subset(kernel: str, problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The shapes also measured in bf16: the family's BF16_SUBSET, else every 4th shape."""
-    subset = getattr(get_family(kernel), "BF16_SUBSET", None)
+    subset = getattr(get_implementation(kernel), "BF16_SUBSET", None)
     if subset is not None:
         keys = {tuple(sorted(p.items())) for p in subset}
         return [p for p in problems if tuple(sorted(p.items())) in keys]
@@ -42,7 +44,7 @@ def bf16_subset(kernel: str, problems: list[dict[str, Any]]) -> list[dict[str, A
 def suite_workloads(kernel: str, suite: str, dtypes: Iterable[str] | None = None
                     ) -> list[Workload]:
     """Workloads of a suite. ``dtypes=None`` means fp16 for every shape and bf16 on a subset."""
-    family = get_family(kernel)
+    family = get_implementation(kernel)
     problems = suite_problems(kernel, suite)
     if dtypes is None:
         pairs = [(p, "float16") for p in problems]
@@ -58,7 +60,7 @@ def suite_workloads(kernel: str, suite: str, dtypes: Iterable[str] | None = None
 
 def workload_configs(workload: Workload, *, max_configs: int | None = None,
                      seed: int = 0) -> list[Config]:
-    space = get_family(workload.kernel).config_space(workload.sizes)
+    space = get_implementation(workload.implementation).config_space(workload.sizes)
     return space.sample(max_configs, seed=seed) if max_configs else space.configs()
 
 
@@ -92,11 +94,11 @@ def spread_order(todo: list[tuple[Workload, list[Config]]]
                  ) -> list[tuple[Workload, list[Config]]]:
     """The order to hand workloads to several GPUs: biggest first within each (kernel, dtype),
     taking from the groups in turn. Workloads of one group share compiled kernels (same
-    kernel, same specialization, overlapping configs); two GPUs measuring neighbours of one
+    implementation, same specialization, overlapping configs); two GPUs measuring neighbours of one
     group at once would both compile the kernels neither has cached yet."""
     groups: dict[tuple[str, str], list] = {}
     for item in sorted(todo, key=lambda wc: -len(wc[1])):
-        groups.setdefault((item[0].kernel, item[0].dtype), []).append(item)
+        groups.setdefault((item[0].implementation, item[0].dtype), []).append(item)
     queues = list(groups.values())
     out = []
     while queues:

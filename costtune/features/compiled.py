@@ -99,10 +99,11 @@ def launch_jobs(kernel: str, problem: dict[str, Any], dtype: str, config: Config
                 arch: int = 90, inputs: dict[str, Any] | None = None
                 ) -> tuple[list[CompileJob], int]:
     """Compile jobs of every launch one (workload, config) makes, and the main launch's index
-    (the one whose grid is the family's ``grid(problem, config)``)."""
-    from costtune.kernels import get_family
+    (the one whose grid is the implementation's ``grid(problem, config)``). ``kernel``: an
+    implementation name (a family name means the family's original kernel)."""
+    from costtune.kernels import get_implementation
 
-    family = get_family(kernel)
+    family = get_implementation(kernel)
     config = parse_config_key(config) if isinstance(config, str) else config
     if inputs is None:
         inputs = meta_inputs(family, problem, dtype)
@@ -155,11 +156,12 @@ def rows_to_jobs(keys: pd.DataFrame, arch: int) -> list[tuple[list[CompileJob], 
 
 
 def _workload_jobs(group: pd.DataFrame, arch: int) -> list[tuple[list[CompileJob], int] | str]:
-    from costtune.kernels import get_family
+    from costtune.kernels import get_implementation
 
     first = group.iloc[0]
+    impl = first.get("implementation")
     try:
-        family = get_family(str(first["kernel"]))
+        family = get_implementation(impl if isinstance(impl, str) else str(first["kernel"]))
         problem = workload_problem(family, first)
         inputs = meta_inputs(family, problem, str(first["dtype"]))
     except Exception as exc:  # a bad workload fails its rows, not the batch

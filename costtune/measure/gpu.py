@@ -22,7 +22,7 @@ from typing import Any
 
 from costtune.build.errors import CompileResult, classify_error, error_text
 from costtune.build.workload import submit_compiles
-from costtune.kernels import get_family, relative_error
+from costtune.kernels import get_implementation, relative_error
 from costtune.types import Config, Measurement, Status, Workload
 
 TIMING_METHOD = "cuda-graph replay, L2 flushed before each rep, external events per rep"
@@ -193,7 +193,7 @@ def measure_workload(workload: Workload, configs: list[Config], *, reps: int = 1
     """
     import torch
 
-    family = get_family(workload.kernel)
+    family = get_implementation(workload.implementation)
     t_setup = time.perf_counter()
     device = torch.device("cuda", torch.cuda.current_device())
     stream = settle_memory(device) if settle else None

@@ -16,7 +16,7 @@ from costtune.kernels import PROBLEM_KEYS
 from costtune.types import Config, Measurement, Status, Workload
 
 _FIGURES = ("time_ms", "time_p20_ms", "time_p80_ms", "rel_err", "compile_s")
-_CORE = ("kernel", "workload", "dtype", "config", "status", *_FIGURES, "error")
+_CORE = ("kernel", "workload", "dtype", "implementation", "config", "status", *_FIGURES, "error")
 
 
 class ReplayRunner:
@@ -87,7 +87,9 @@ class ReplayRunner:
             if kernel is not None and rec["kernel"] != kernel:
                 continue
             keys = problem_keys(rec["kernel"])
-            w = Workload(rec["kernel"], {k: _native(rec.get(k)) for k in keys}, rec["dtype"])
+            impl = rec.get("implementation")
+            w = Workload(rec["kernel"], {k: _native(rec.get(k)) for k in keys}, rec["dtype"],
+                         implementation=impl if isinstance(impl, str) else None)
             if w.id != wid:
                 raise ValueError(f"row for workload {wid!r} rebuilds as {w.id!r}: its problem "
                                  f"columns {list(keys)} disagree with the workload id")

@@ -114,9 +114,9 @@ class ConfigStudy:
         self.workload = workload
         self.runner = runner
         if space is None:
-            from costtune.kernels import get_family
+            from costtune.kernels import get_implementation
 
-            space = get_family(workload.kernel).config_space(workload.sizes)
+            space = get_implementation(workload.implementation).config_space(workload.sizes)
         self.space = space
         self.encoding = SpaceEncoding(space)
         self.n_configs = len(space)

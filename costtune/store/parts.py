@@ -135,7 +135,23 @@ def load_parts(parts: list[Path], *, dedupe: str | None, gpu: str | None = None,
             raise StoreError(f"{int(dup.sum())} rows share a (GPU, workload, config); e.g. {k} "
                              f"is in {where}; load with dedupe='last' to keep the newest")
     df = df.reset_index(drop=True)
-    return _restore_int_columns(df, frames) if len(frames) > 1 else df
+    df = _restore_int_columns(df, frames) if len(frames) > 1 else df
+    return with_implementation(df)
+
+
+def with_implementation(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with an ``implementation`` column: parts written before implementations existed
+    (and their rows in a mixed table) hold the family's original kernel, named like the family."""
+    if "kernel" not in df.columns:
+        return df
+    if "implementation" not in df.columns:
+        after = "dtype" if "dtype" in df.columns else "kernel"
+        pos = list(df.columns).index(after) + 1
+        df.insert(pos, "implementation", df["kernel"].astype(str).to_numpy())
+    elif df["implementation"].isna().any():
+        df["implementation"] = df["implementation"].where(df["implementation"].notna(),
+                                                          df["kernel"])
+    return df
 
 
 def _restore_int_columns(df: pd.DataFrame, frames: list[pd.DataFrame]) -> pd.DataFrame:
