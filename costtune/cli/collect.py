@@ -38,7 +38,7 @@ def collect(kernel: str = typer.Argument(..., help="gemm | softmax | attention")
     from costtune.collect import suite_workloads
     from costtune.store.dataset import Store
 
-    check_kernel(kernel)
+    check_kernel(kernel, implementations=True)
     try:
         workloads = suite_workloads(kernel, suite, dtype or None)
     except ValueError as exc:

@@ -30,11 +30,17 @@ def load_rows(dataset: Path, *, kernel: str | None = None, option: str = "--data
     return df
 
 
-def check_kernel(kernel: str, *, option: str = "KERNEL") -> None:
-    from costtune.kernels import FAMILIES
+def check_kernel(kernel: str, *, option: str = "KERNEL", implementations: bool = False
+                 ) -> None:
+    """Fail with one line unless ``kernel`` is a family (or, with ``implementations``, one of
+    the suite's implementations)."""
+    from costtune.kernels import FAMILIES, IMPLEMENTATIONS
 
-    if kernel not in FAMILIES:
-        fail(f"{option}: unknown kernel family {kernel!r}; known: {', '.join(FAMILIES)}")
+    known = ([n for names in IMPLEMENTATIONS.values() for n in names] if implementations
+             else list(FAMILIES))
+    if kernel not in known:
+        what = "kernel family or implementation" if implementations else "kernel family"
+        fail(f"{option}: unknown {what} {kernel!r}; known: {', '.join(known)}")
 
 
 def is_shipped(path: Path) -> bool:

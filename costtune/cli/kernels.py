@@ -15,18 +15,19 @@ def register(app: typer.Typer) -> None:
     def kernels(check: bool = typer.Option(False, "--check", help="run every kernel on CPU "
                                            "(TRITON_INTERPRET=1) against its reference"),
                 seed: int = 0) -> None:
-        """List the kernel families; with --check, verify each on small CPU shapes."""
+        """List the kernel implementations by family; with --check, verify each on small CPU
+        shapes."""
         if check:
             # Before triton is imported: the check runs under the interpreter on CPU tensors.
             os.environ.setdefault("TRITON_INTERPRET", "1")
-        from costtune.kernels import FAMILIES, get_family
+        from costtune.kernels import IMPLEMENTATIONS, get_implementation
 
-        table = Table("kernel", "problem keys", "dtypes", "train", "test",
+        table = Table("implementation", "family", "problem keys", "dtypes", "train", "test",
                       "space (1st test shape)", *(["check"] if check else []))
         failed = 0
-        for name in FAMILIES:
-            fam = get_family(name)
-            row = [name, ",".join(fam.PROBLEM_KEYS), ",".join(fam.DTYPES),
+        for family, name in ((f, n) for f, names in IMPLEMENTATIONS.items() for n in names):
+            fam = get_implementation(name)
+            row = [name, family, ",".join(fam.PROBLEM_KEYS), ",".join(fam.DTYPES),
                    str(len(fam.TRAIN_SHAPES)), str(len(fam.TEST_SHAPES)),
                    str(len(fam.config_space(fam.TEST_SHAPES[0])))]
             if check:

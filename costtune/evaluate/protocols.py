@@ -8,6 +8,10 @@ Protocols (``evaluate(dataset, protocol=...)``):
 - ``"lofo"``: leave one kernel family out: a ``family="all"`` model trained on the other two
   families ranks the third (all its suites). Baselines need no training there but for
   best-static-k, which cannot transfer configs across families and is left out.
+- ``"loio"``: leave one implementation out: for every implementation of a family that has
+  several in the data, models trained on the train suite of every OTHER implementation (of
+  every family) rank the held-out one's ``score_suite`` shapes (``"test"`` to report,
+  ``"train"`` for model selection on training data only). Scores are keyed by implementation.
 
 Models with ``family=None`` are fitted once per kernel family on that family's rows.
 """
@@ -44,7 +48,7 @@ from costtune.model.xgb import CostModel
 __all__ = ["evaluate", "leaderboard", "train_default", "default_model", "plot_topk",
            "leaderboard_table", "format_leaderboard", "PROTOCOLS", "DEFAULT_PARAMS"]
 
-PROTOCOLS = ("split", "kfold", "lofo")
+PROTOCOLS = ("split", "kfold", "lofo", "loio")
 # The shipped model: one booster for every family, static features only, so the pruning hook
 # can rank before anything compiles. Chosen by shape-grouped 5-fold CV on the train suite of
 # datasets/h200 (2026-11-29): the four objectives and depth 4-8 / 150-600 trees were within
@@ -77,7 +81,8 @@ def train_default(dataset: pd.DataFrame, *, suite: str | None = "train",
 def evaluate(dataset: pd.DataFrame, *, protocol: str = "split",
              models: Mapping[str, CostModel] | None = None, baselines: bool = True,
              ks: Sequence[int] = DEFAULT_KS, worst: Sequence[int] = (8,), n_splits: int = 5,
-             compiled: pd.DataFrame | None = None, seed: int = 0) -> dict[str, Any]:
+             compiled: pd.DataFrame | None = None, seed: int = 0,
+             score_suite: str = "test") -> dict[str, Any]:
     """Score models (unfitted ``CostModel``s, cloned per fold) and baselines under a protocol.
 
     ``models`` defaults to the static vs static+compiled ablation (the latter only when compiled
@@ -103,11 +108,14 @@ def evaluate(dataset: pd.DataFrame, *, protocol: str = "split",
     elif protocol == "kfold":
         tasks = _kfold(data, n_splits=n_splits)
         test = data
-    else:
+    elif protocol == "lofo":
         tasks = [(data[data["kernel"] != k], data[data["kernel"] == k])
                  for k in sorted(data["kernel"].unique())]
         test = data
         models = {name: clone(m).set_params(family="all") for name, m in models.items()}
+    else:
+        tasks = loio_tasks(data, score_suite=score_suite)
+        test = pd.concat([part for _, part in tasks]) if tasks else data.iloc[:0]
     test = test.reset_index(drop=True)
     rankings: dict[str, dict[str, np.ndarray]] = {}
     scores: dict[str, np.ndarray] = {}
@@ -124,7 +132,33 @@ def evaluate(dataset: pd.DataFrame, *, protocol: str = "split",
     for name, s in scores.items():
         rankings[name] = rankings_from_scores(test, s)
     return _collect(test, rankings, scores, protocol=protocol, ks=ks, worst=worst,
-                    random=baselines, seed=seed)
+                    random=baselines, seed=seed,
+                    group="implementation" if protocol == "loio" else "kernel")
+
+
+def loio_tasks(data: pd.DataFrame, *, score_suite: str = "test"
+               ) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+    """(train, held-out) per implementation of every family with several implementations:
+    train is the train suite of every other implementation, held-out the implementation's
+    ``score_suite`` rows. ValueError when no family has two implementations."""
+    if score_suite not in ("train", "test"):
+        raise ValueError(f"score_suite must be 'train' or 'test', got {score_suite!r}")
+    _suites(data)
+    impl = data["implementation"].astype(str)
+    train_rows = data["suite"] == "train"
+    tasks = []
+    for family in sorted(data["kernel"].unique()):
+        names = sorted(impl[data["kernel"] == family].unique())
+        if len(names) < 2:
+            continue
+        for name in names:
+            held = data[(impl == name) & (data["suite"] == score_suite)]
+            if not held.empty:
+                tasks.append((data[train_rows & (impl != name)], held))
+    if not tasks:
+        raise ValueError("protocol 'loio' needs a family with at least two implementations "
+                         "(the dataset's 'implementation' column)")
+    return tasks
 
 
 def leaderboard(dataset: pd.DataFrame, *, model: CostModel | str | None = None,
@@ -173,7 +207,9 @@ def leaderboard(dataset: pd.DataFrame, *, model: CostModel | str | None = None,
 
 def _prepare(dataset: pd.DataFrame, compiled: pd.DataFrame | None
              ) -> tuple[pd.DataFrame, bool]:
-    data = dataset.reset_index(drop=True)
+    from costtune.store.parts import with_implementation
+
+    data = with_implementation(dataset.reset_index(drop=True))
     data = attach_features(data, features="static")
     names = feature_names("static+compiled")
     if compiled is not None:
@@ -261,10 +297,11 @@ def _baseline_rankings(ranker: Any, rows: pd.DataFrame) -> dict[str, np.ndarray]
 
 def _collect(test: pd.DataFrame, rankings: dict[str, dict[str, np.ndarray]],
              scores: dict[str, np.ndarray], *, protocol: str, ks: tuple[int, ...],
-             worst: Sequence[int], random: bool, seed: int) -> dict[str, Any]:
+             worst: Sequence[int], random: bool, seed: int,
+             group: str = "kernel") -> dict[str, Any]:
     out: dict[str, dict[str, dict[str, float]]] = {}
     tables = []
-    kernels = test["kernel"].astype(str).to_numpy()
+    kernels = test[group].astype(str).to_numpy()
     for kernel in sorted(np.unique(kernels)):
         mask = kernels == kernel
         rows = test[mask]

@@ -41,6 +41,9 @@ _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1,
                 "float8_e5m2": 1, "float64": 8}
 CONFIG_COLUMNS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "ROWS_PER_PROG", "num_warps",
                   "num_stages")
+# Implementation knobs some kernels of the suite tune (0/1 flags, a group width): a feature
+# each, NaN where a kernel has no such knob.
+KNOB_COLUMNS = ("GROUP_SIZE_M", "WARP_SPECIALIZE", "EPILOGUE_SUBTILE", "FLATTEN")
 
 STATIC_FEATURES: list[str] = [
     *(f"kernel_{f}" for f in FAMILIES), "dtype_bytes",
@@ -54,6 +57,7 @@ STATIC_FEATURES: list[str] = [
     "smem_bytes_est", "ctas_per_sm_est", "resident_waves", "tile_intensity",
     "loop_trips", "log2_tile_iters", "threads_per_program", "elems_per_thread",
     "log2_bytes_loaded", "load_amplification",
+    *(f"knob_{k.lower()}" for k in KNOB_COLUMNS),
 ]
 
 
@@ -65,13 +69,17 @@ def static_features(rows: pd.DataFrame | Sequence[dict[str, Any]], *,
     df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
     if "kernel" not in df.columns or "dtype" not in df.columns:
         raise ValueError("static_features needs 'kernel' and 'dtype' columns")
-    cols = {c: _floats(df[c]) for c in (*PROBLEM_COLUMNS, *CONFIG_COLUMNS) if c in df.columns}
+    cols = {c: _floats(df[c]) for c in (*PROBLEM_COLUMNS, *CONFIG_COLUMNS, *KNOB_COLUMNS)
+            if c in df.columns}
     if "config" in df.columns and not all(c in df.columns for c in CONFIG_COLUMNS):
         # Params only in the canonical key string (e.g. a hand-made frame): parse each once.
         parsed = {k: parse_config_key(k).as_dict() for k in df["config"].unique()}
-        for c in CONFIG_COLUMNS:
+        for c in (*CONFIG_COLUMNS, *KNOB_COLUMNS):
             if c not in cols:
-                cols[c] = np.array([parsed[k].get(c, np.nan) for k in df["config"]], float)
+                cols[c] = np.array([_number(parsed[k].get(c, np.nan)) for k in df["config"]],
+                                   float)
+    if "implementation" in df.columns:
+        _fill_implied(df, cols)
     dtype_bytes = _floats(df["dtype"].astype(str).map(_DTYPE_BYTES))
     feats = _compute(df["kernel"].astype(str).to_numpy(), dtype_bytes, cols, num_sms=num_sms)
     out = _frame(feats, index=df.index)
@@ -81,13 +89,60 @@ def static_features(rows: pd.DataFrame | Sequence[dict[str, Any]], *,
     return out
 
 
+def _fill_implied(df: pd.DataFrame, cols: dict[str, np.ndarray]) -> None:
+    """Fill, in place, the family parameters that rows' implementations fix rather than tune
+    (``implied_params``: a GEMM without split-K has SPLIT_K 1, a whole-row softmax BLOCK_N
+    next_pow2(cols)), so every implementation is described in its family's terms."""
+    from costtune.kernels.base import family_of, get_implementation
+
+    impl = df["implementation"].astype(str).to_numpy()
+    kernel = df["kernel"].astype(str).to_numpy()
+    n = len(df)
+    for name in np.unique(impl[impl != kernel]):
+        try:
+            module = get_implementation(name)
+        except ValueError:
+            continue  # a user kernel's own name (harvest): nothing known about it
+        family = family_of(name)
+        rows = np.flatnonzero(impl == name)
+        keys = [k for k in PROBLEM_COLUMNS if k in df.columns]
+        sub = df.iloc[rows]
+        memo: dict[tuple, dict[str, Any]] = {}
+        for i, (prob, key) in zip(rows, zip(sub[keys].itertuples(index=False),
+                                            sub["config"].astype(str), strict=True),
+                                  strict=True):
+            got = memo.get((prob, key))
+            if got is None:
+                problem = {k: v for k, v in zip(keys, prob, strict=True)
+                           if k in _problem_keys(family)}
+                got = memo[(prob, key)] = module.implied_params(problem,
+                                                                parse_config_key(key))
+            for param, value in got.items():
+                col = cols.setdefault(param, np.full(n, np.nan))
+                if np.isnan(col[i]):
+                    col[i] = float(value)
+
+
+def _problem_keys(family: str) -> tuple[str, ...]:
+    from costtune.kernels.base import PROBLEM_KEYS
+
+    return PROBLEM_KEYS[family]
+
+
 def config_columns(configs: Sequence[Any]) -> dict[str, np.ndarray]:
     """The config parameters of many configs as float columns (NaN where absent): the part
     of ``static_features_for`` that does not depend on the problem, for callers to reuse."""
     n = len(configs)
     dicts = [c if isinstance(c, dict) else _config_dict(c) for c in configs]
-    return {k: np.fromiter((d.get(k, np.nan) for d in dicts), dtype=float, count=n)
-            for k in CONFIG_COLUMNS}
+    return {k: np.fromiter((_number(d.get(k, np.nan)) for d in dicts), dtype=float, count=n)
+            for k in (*CONFIG_COLUMNS, *KNOB_COLUMNS)}
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return np.nan
 
 
 def static_features_for(kernel: str, problem: dict[str, Any], dtype: str,
@@ -156,6 +211,8 @@ def _compute(kernel: np.ndarray, dtype_bytes: np.ndarray, cols: dict[str, np.nda
         for k in CONFIG_COLUMNS[:5]:
             f[f"log2_{k}"] = np.log2(col(k))
         f["num_warps"], f["num_stages"] = col("num_warps"), col("num_stages")
+        for k in KNOB_COLUMNS:
+            f[f"knob_{k.lower()}"] = col(k)
         # Family-specific quantities, filled per family where its rows are.
         g: dict[str, np.ndarray] = {}
         for fam, fill in (("gemm", _gemm), ("softmax", _softmax), ("attention", _attention)):

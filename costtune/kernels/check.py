@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from costtune.kernels import get_family, relative_error
+from costtune.kernels import family_of, get_implementation, relative_error
 
 # Small shapes with ragged sizes, so masking paths run; cheap enough for the interpreter.
 CHECK_PROBLEMS = {
@@ -23,11 +23,12 @@ def _block_volume(config) -> float:
 
 def check_family(name: str, *, seed: int = 0, n_configs: int = 3, device: str = "cpu"
                  ) -> list[str]:
-    """Run a few small-block configs per check problem and dtype; return error strings."""
-    fam = get_family(name)
+    """Run a few small-block configs per check problem and dtype; return error strings.
+    ``name``: a family (its original kernel) or an implementation."""
+    fam = get_implementation(name)
     errors = []
     rng = random.Random(seed)
-    for problem in CHECK_PROBLEMS[name]:
+    for problem in CHECK_PROBLEMS[family_of(name)]:
         configs = sorted(fam.config_space(problem).configs(), key=lambda c: (_block_volume(c),
                                                                              c.key))
         pool = configs[: max(n_configs, 12)]
