@@ -36,6 +36,8 @@ from costtune.types import Config
 
 NAME = "attention"
 FAMILY = NAME  # the family's original implementation
+DESCRIPTION = ("FlashAttention-2 style forward with pointer loads: one program per BLOCK_M query "
+               "rows of a head streams BLOCK_N-row K/V blocks through an online softmax.")
 PROBLEM_KEYS = FAMILY_PROBLEM_KEYS[NAME]
 DTYPES = ("float16", "bfloat16")
 HEAD_DIMS = (64, 128)
@@ -259,6 +261,11 @@ def grid(problem: dict[str, Any], config: Config | dict[str, Any]) -> tuple[int,
     """(query blocks, B*H)."""
     b, h, s, _, _ = _sizes(problem)
     return (triton.cdiv(s, _config_values(config)["BLOCK_M"]), b * h)
+
+
+def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> dict[str, int]:
+    """BLOCK_M and BLOCK_N are both tuned here: nothing is fixed."""
+    return {}
 
 
 def _check_inputs(inputs: dict[str, Any]) -> torch.Tensor:

@@ -31,6 +31,8 @@ from costtune.types import Config
 
 NAME = "softmax"
 FAMILY = NAME  # the family's original implementation
+DESCRIPTION = ("Row softmax, one program per ROWS_PER_PROG rows: a single pass when the row fits "
+               "one BLOCK_N block, else an online max/sum pass over chunks and a store pass.")
 PROBLEM_KEYS = FAMILY_PROBLEM_KEYS[NAME]
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -181,6 +183,11 @@ def torch_op(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
 def grid(problem: dict[str, Any], config: Config | dict[str, Any]) -> tuple[int, ...]:
     rows, _ = _sizes(problem)
     return (triton.cdiv(rows, _config_values(config)["ROWS_PER_PROG"]),)
+
+
+def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> dict[str, int]:
+    """BLOCK_N and ROWS_PER_PROG are both tuned here: nothing is fixed."""
+    return {}
 
 
 def kernel_calls(inputs: dict[str, torch.Tensor],
