@@ -44,6 +44,8 @@ from costtune.types import Config
 
 NAME = "gemm"
 FAMILY = NAME  # the family's original implementation
+DESCRIPTION = ("Grouped output tiles with row/column-masked pointer loads and optional split-K, "
+               "whose splits add fp32 partial sums with atomics.")
 PROBLEM_KEYS = FAMILY_PROBLEM_KEYS[NAME]
 DTYPES = ("float16", "bfloat16")
 
@@ -206,6 +208,11 @@ def grid(problem: dict[str, int], config: Config | dict[str, Any]) -> tuple[int,
     m, n, _ = _sizes(problem)
     c = _config_values(config)
     return (triton.cdiv(m, c["BLOCK_M"]) * triton.cdiv(n, c["BLOCK_N"]), c["SPLIT_K"])
+
+
+def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> dict[str, int]:
+    """The family's canonical parameters are this kernel's own: none is implied."""
+    return {}
 
 
 def kernel_calls(inputs: dict[str, torch.Tensor],
