@@ -14,11 +14,13 @@ writes by default). Per-kernel models (learned from a kernel's own tunings) live
 
 from __future__ import annotations
 
+import json
 import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+POINTER = "current.json"  # a per-kernel folder's current model (``model.learned``)
 MODEL_SCHEMA_VERSION = 1
 MODEL_FORMAT = "costtune.CostModel"
 
@@ -117,3 +119,14 @@ def load_booster(json_path: Path) -> Any:
         raise ModelSchemaError(f"{path}: not a readable XGBoost booster ({first[:200]})"
                                ) from None
     return booster
+
+
+def current_model(folder: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
+    """(model JSON path, pointer record) of a kernel folder's current model; None if none."""
+    pointer = Path(folder) / POINTER
+    try:
+        record = json.loads(pointer.read_text())
+    except (OSError, ValueError):
+        return None
+    path = Path(folder) / f"{record['model']}.json"
+    return (path, record) if path.exists() else None

@@ -36,10 +36,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from costtune.model.files import POINTER, current_model
+
 __all__ = ["METHODS", "current_model", "fit_update", "read_rows", "update"]
 
 METHODS = ("continue", "residual")
-POINTER = "current.json"
 ROWS = "rows.parquet"
 LOCK = ".lock"
 ROUNDS = 50  # trees added per update
@@ -121,17 +122,6 @@ def _merged_ranges(ranges: dict, rows: pd.DataFrame) -> dict:
             a, b = old.get(key, (lo, hi))
             old[key] = (min(a, lo), max(b, hi))
     return out
-
-
-def current_model(folder: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
-    """(model JSON path, pointer record) of a kernel folder's current model; None if none."""
-    pointer = Path(folder) / POINTER
-    try:
-        record = json.loads(pointer.read_text())
-    except (OSError, ValueError):
-        return None
-    path = Path(folder) / f"{record['model']}.json"
-    return (path, record) if path.exists() else None
 
 
 def read_rows(folder: str | os.PathLike) -> pd.DataFrame:

@@ -98,7 +98,7 @@ def _load_learned(base: str, family: str, folder: str | os.PathLike
                   ) -> tuple[Any, str | None]:
     """(the folder's current model, None) when it was learned from ``base`` for ``family``;
     (None, a note) when it is unusable; (None, None) when there is none."""
-    from costtune.model.learned import current_model
+    from costtune.model.files import current_model
 
     found = current_model(folder)
     if found is None:

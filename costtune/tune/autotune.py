@@ -64,18 +64,7 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
     if unknown:
         raise ValueError(f"unknown option(s) {unknown}; costtune.autotune takes "
                          f"{sorted(_PRUNE_OPTIONS)} and triton.autotune's {sorted(triton_names)}")
-    from costtune.tune.adaptive import parse_budget
-
-    adaptive = parse_budget(budget)
-    if adaptive is not None and top_k is not None:
-        raise ValueError("top_k and budget= exclude each other; the adaptive budget's cap "
-                         "is max_configs")
-    if not isinstance(learn, bool):
-        raise ValueError(f"learn must be True or False, got {learn!r}")
-    if learn and not isinstance(model, str | os.PathLike):
-        raise ValueError("learn=True needs the model as a name or path (its files are what "
-                         f"the kernel's own model is trained from), got {type(model).__name__}")
-    top_k = adaptive.max_configs if adaptive is not None else 8 if top_k is None else top_k
+    adaptive, top_k = _budget(budget, top_k=top_k, learn=learn, model=model)
     prune_kw = {k: v for k, v in options.items() if k in _PRUNE_OPTIONS}
     triton_kw = {k: v for k, v in options.items() if k in triton_names}
     prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)  # checks now
@@ -106,3 +95,21 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
                              learner=Learner(fn, model=model) if learn else None, **rest)
 
     return decorator
+
+
+def _budget(budget: Any, *, top_k: int | float | None, learn: Any, model: Any
+            ) -> tuple[Any, int | float]:
+    """(the adaptive budget or None, the k the pruner keeps); ValueError on bad options."""
+    from costtune.tune.adaptive import parse_budget
+
+    adaptive = parse_budget(budget)
+    if adaptive is not None and top_k is not None:
+        raise ValueError("top_k and budget= exclude each other; the adaptive budget's cap "
+                         "is max_configs")
+    if not isinstance(learn, bool):
+        raise ValueError(f"learn must be True or False, got {learn!r}")
+    if learn and not isinstance(model, str | os.PathLike):
+        raise ValueError("learn=True needs the model as a name or path (its files are what "
+                         f"the kernel's own model is trained from), got {type(model).__name__}")
+    return adaptive, (adaptive.max_configs if adaptive is not None
+                      else 8 if top_k is None else top_k)
