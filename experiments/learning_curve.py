@@ -24,6 +24,7 @@ family's original kernel, the base trained on float16 rows only. Its figures are
 held-out-implementation figures. Writes experiments/results/learning_curve.{md,csv}.
 
     python -m experiments.learning_curve [--seeds 3] [--shapes 0 1 2 4 8] [--method residual]
+        [--updates 20:0.05:4 50:0.1:6]   # trees added per update, rounds:eta:depth
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from costtune.evaluate.metrics import (  # noqa: E402
 )
 from costtune.features.static import static_features  # noqa: E402
 from costtune.kernels import IMPLEMENTATIONS  # noqa: E402
-from costtune.model.learned import fit_update  # noqa: E402
+from costtune.model.learned import ROUNDS, UPDATE_PARAMS, fit_update  # noqa: E402
 from costtune.tune.adaptive import Adaptive, margin_for, replay_table  # noqa: E402
 from experiments import harness  # noqa: E402
 
@@ -56,6 +57,7 @@ QUESTION = "learning_curve"
 KS = (1, 4, 8)
 CAP = 16
 GOAL = {"top1": 0.97, "top4": 0.99}
+DEFAULT_UPDATE = (f"{ROUNDS}:{UPDATE_PARAMS['eta']:g}:{UPDATE_PARAMS['max_depth']}")
 
 
 def with_implementation(df: pd.DataFrame) -> pd.DataFrame:
@@ -118,8 +120,18 @@ def top_rows(model, rows: pd.DataFrame, k: int) -> pd.DataFrame:
     return rows.iloc[order[:k]]
 
 
+def parse_update(text: str) -> tuple[str, int, dict]:
+    """"rounds:eta:depth" -> (label, rounds, XGBoost parameters of the added trees)."""
+    try:
+        rounds, eta, depth = text.split(":")
+        return text, int(rounds), {"eta": float(eta), "max_depth": int(depth)}
+    except ValueError:
+        raise SystemExit(f"--updates: {text!r} is not rounds:eta:depth, e.g. 20:0.05:4"
+                         ) from None
+
+
 def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[str],
-          trees: int) -> list[dict]:
+          trees: int, updates: Sequence[tuple[str, int, dict]]) -> list[dict]:
     family, test = case["family"], case["test"].reset_index(drop=True)
     if case["train"].empty or case["pool"].empty or test.empty:
         return []
@@ -131,8 +143,9 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
     records = []
     for seed in range(seeds):
         order = list(np.random.default_rng(seed).permutation(workloads))
-        runs = [("exhaustive", m) for m in methods] + [("top8", "continue")]
-        for harvest, method in runs:
+        runs = [("exhaustive", m, u) for u in updates for m in methods] + [
+            ("top8", "continue", u) for u in updates]
+        for harvest, method, (label, rounds, params) in runs:
             taken: list[pd.DataFrame] = []
             model = base
             for i in range(max(shapes) + 1):
@@ -140,7 +153,8 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
                     n_rows = int(sum(len(t) for t in taken))
                     rec = score_model(model, test, feats, margin)
                     records.append({"family": family, "held_out": case["held_out"],
-                                    "harvest": harvest, "method": method, "seed": seed,
+                                    "harvest": harvest, "method": method,
+                                    "update": label, "seed": seed,
                                     "n_shapes": i, "n_harvest_rows": n_rows, **rec})
                 if i == len(order):
                     break
@@ -148,17 +162,18 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
                 taken.append(rows if harvest == "exhaustive" else top_rows(model, rows, 8))
                 if harvest == "top8" or i + 1 in shapes or i + 1 == len(order):
                     model = fit_update(base, pd.concat(taken, ignore_index=True),
-                                       method=method)
+                                       method=method, rounds=rounds, params=params)
     return records
 
 
 def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
            seconds: float) -> list[str]:
     cols = ["top1", "top4", "top8", "worst8", "adaptive_score", "adaptive_configs"]
-    mean = (table.groupby(["family", "held_out", "harvest", "method", "n_shapes"])[cols]
+    mean = (table.groupby(["family", "held_out", "harvest", "method", "update",
+                           "n_shapes"])[cols]
             .mean().reset_index())
     at2 = mean[(mean["n_shapes"] == 2) & (mean["method"] == "continue")]
-    goal = [f"- {r.family} / {r.held_out} ({r.harvest}): top1 {r.top1:.3f} "
+    goal = [f"- {r.family} / {r.held_out} ({r.harvest}, update {r.update}): top1 {r.top1:.3f} "
             f"(goal {GOAL['top1']}: {'met' if r.top1 >= GOAL['top1'] else 'NOT met'}), "
             f"top4 {r.top4:.3f} (goal {GOAL['top4']}: "
             f"{'met' if r.top4 >= GOAL['top4'] else 'NOT met'})"
@@ -194,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--method", choices=["residual"], action="append", default=[],
                     help="also replay the residual model (exhaustive harvest)")
     ap.add_argument("--trees", type=int, default=300, help="base model trees")
+    ap.add_argument("--updates", nargs="+", default=[DEFAULT_UPDATE],
+                    help="trees added per update as rounds:eta:depth (default: what "
+                         "costtune.model.learned ships)")
     ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     ap.add_argument("--out", type=Path, default=None, help="results folder")
     args = ap.parse_args(argv)
@@ -207,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     for case in found:
         print(f"== {case['family']}: held out {case['held_out']}", flush=True)
         records += curve(case, seeds=args.seeds, shapes=sorted(set(args.shapes)),
-                         methods=["continue", *args.method], trees=args.trees)
+                         methods=["continue", *args.method], trees=args.trees,
+                         updates=[parse_update(u) for u in args.updates])
     if not records:
         print("nothing to score: no case has train, harvest and test rows")
         return 3

@@ -18,10 +18,11 @@ it, so several processes (ranks) tuning the same kernel neither lose each other'
 let a reader see a torn model. The previous model's pair is kept (a reader may have just read
 the pointer); older ones are removed.
 
-Why continued training and not a residual model: both learn on the harvested rows starting
-from the base model's scores; by replay (``experiments/learning_curve.py``, ``--method``) the
-continued booster scored at least as well as a separate shallow residual booster, and it is
-one ordinary model file that every loader already reads.
+Why continued training and not a residual model: a residual booster fitted over the base's
+scores (``base_margin``) with the same parameters is the same model as the trees continued
+training adds; by replay (``experiments/learning_curve.py --method residual``) the two scored
+identically on every row. The continued booster ships because it is one ordinary model file
+that every loader already reads.
 """
 
 from __future__ import annotations
@@ -43,18 +44,24 @@ __all__ = ["METHODS", "current_model", "fit_update", "read_rows", "update"]
 METHODS = ("continue", "residual")
 ROWS = "rows.parquet"
 LOCK = ".lock"
-ROUNDS = 50  # trees added per update
+# The added trees: fewer, shallower and slower-learning than the base's, so a shape or two
+# cannot undo what the base learned from thousands (by replay, experiments/learning_curve.py:
+# 50 trees at the base's eta 0.1 / depth 6 cost 3-6 points of GEMM top-1 on held-out-dtype
+# shapes the base already ranked well; these settings cost about half a point).
+ROUNDS = 20
+UPDATE_PARAMS: dict[str, Any] = {"eta": 0.05, "max_depth": 4, "min_child_weight": 5.0}
 LOCK_TIMEOUT_S = 600.0
 
 
 def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
-               rounds: int = ROUNDS) -> Any:
+               rounds: int = ROUNDS, params: dict[str, Any] | None = None) -> Any:
     """A model that ranks like ``base`` corrected by ``rows`` (dataset rows of one family).
 
-    ``"continue"``: ``base``'s booster plus ``rounds`` trees of its own objective and
-    parameters (a ``CostModel``). ``"residual"``: a separate shallow booster (depth 3) fitted
-    on top of ``base``'s scores (``base_margin``), the two summed at scoring (in memory only;
-    compared with continued training by replay)."""
+    ``"continue"``: ``base``'s booster plus ``rounds`` trees of its objective
+    (``UPDATE_PARAMS`` over its parameters, then ``params``; a ``CostModel``).
+    ``"residual"``: a separate booster of the same trees fitted over ``base``'s scores
+    (``base_margin``), the two summed at scoring (in memory only; compared with continued
+    training by replay)."""
     import xgboost as xgb
 
     from costtune.model.features import design_matrix
@@ -69,14 +76,13 @@ def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
     dmat = xgb.DMatrix(x, label=target, feature_names=base.feature_names_, nthread=1)
     if model.objective.startswith("rank:"):
         dmat.set_group(groups)
-    params = model._xgb_params()
+    params = {**model._xgb_params(), **UPDATE_PARAMS, **(params or {})}
     if method == "continue":
         booster = xgb.train(params, dmat, num_boost_round=int(rounds),
                             xgb_model=base.booster_.copy())
     else:
         dmat.set_base_margin(np.asarray(base.booster_.inplace_predict(x), dtype=np.float32))
-        delta = xgb.train({**params, "max_depth": 3, "eta": 0.05}, dmat,
-                          num_boost_round=2 * int(rounds))
+        delta = xgb.train(params, dmat, num_boost_round=int(rounds))
         booster = _SumBooster(base.booster_, delta)
     model.booster_ = booster
     model.feature_names_ = list(base.feature_names_)
