@@ -19,9 +19,11 @@ column; rows without it are the family's original kernel, named like the family)
 booster over the base scores) for the exhaustive harvest, to choose between them by replay.
 
 When no family has a second implementation yet (the data of issue 18 not merged), the script
-says so and runs a clearly labelled FALLBACK instead: the held-out *dtype* (bfloat16) of each
-family's original kernel, the base trained on float16 rows only. Its figures are not
-held-out-implementation figures. Writes experiments/results/learning_curve.{md,csv}.
+says so and runs a clearly labelled FALLBACK instead, two stand-ins: the held-out *dtype*
+(bfloat16) of each family's original kernel, the base trained on its float16 rows (a base that
+already ranks well: can learning do harm?), and the held-out *family*, the base trained on the
+other two families (a base that ranks poorly: can learning help?). Neither is a
+held-out-implementation figure. Writes experiments/results/learning_curve.{md,csv}.
 
     python -m experiments.learning_curve [--seeds 3] [--shapes 0 1 2 4 8] [--method residual]
         [--updates 20:0.05:4 50:0.1:6]   # trees added per update, rounds:eta:depth
@@ -94,7 +96,14 @@ def cases(df: pd.DataFrame) -> tuple[list[dict], str]:
                     "train": group[~bf16 & (group["suite"] == "train")],
                     "pool": group[bf16 & (group["suite"] == "train")],
                     "test": group[bf16 & (group["suite"] == "test")]})
-    return out, "FALLBACK held-out dtype (bfloat16; no held-out implementation in the data)"
+    for family, group in df.groupby("kernel"):  # a poor base: the other families only
+        out.append({"family": family, "held_out": f"{family} (family held out)",
+                    "base_family": "all",
+                    "train": df[(df["kernel"] != family) & (df["suite"] == "train")],
+                    "pool": group[group["suite"] == "train"],
+                    "test": group[group["suite"] == "test"]})
+    return out, ("FALLBACK held-out dtype (bfloat16) and held-out family (no held-out "
+                 "implementation in the data)")
 
 
 def score_model(model, test: pd.DataFrame, feats: pd.DataFrame, margin: float) -> dict:
@@ -135,7 +144,8 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
     family, test = case["family"], case["test"].reset_index(drop=True)
     if case["train"].empty or case["pool"].empty or test.empty:
         return []
-    base = default_model(family=family, n_estimators=trees).fit(case["train"])
+    base = default_model(family=case.get("base_family", family),
+                         n_estimators=trees).fit(case["train"])
     feats = static_features(test)
     margin = margin_for(Adaptive(), family)
     pool = case["pool"]
@@ -179,11 +189,14 @@ def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
             f"{'met' if r.top4 >= GOAL['top4'] else 'NOT met'})"
             for r in at2.itertuples()]
     fallback = protocol.startswith("FALLBACK")
+    trained_on = ("other dtype's (float16; `<family> bfloat16` rows) or the other families' "
+                  "(`<family> (family held out)` rows)" if fallback
+                  else "other implementations'")
     lines = [f"# Learning curve: {protocol}", "",
              harness.provenance(dataset=harness.DATASET, n_rows=n_rows), "",
-             f"- Protocol: **{protocol}**. Base model: shipped defaults trained on the other "
-             f"{'dtype' if fallback else 'implementations'}' train-suite rows; N harvested "
-             "train-suite workloads of the held-out one (seeded orders, "
+             f"- Protocol: **{protocol}**. Base model: shipped defaults trained on the "
+             f"{trained_on} train-suite rows; "
+             "N harvested train-suite workloads of the held-out one (seeded orders, "
              f"{seeds} seeds, means shown) update it by continued training "
              "(`costtune.model.learned.fit_update`); scored on the held-out one's test-suite "
              "workloads. TenSet score, `costtune.evaluate.metrics`.",
@@ -197,7 +210,8 @@ def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
              "## Mean over seeds", "", harness.md_table(mean, floatfmt=".4f"), ""]
     if fallback:
         lines.insert(2, "**FALLBACK: the dataset has one implementation per family, so these "
-                     "are held-out-dtype figures, not held-out-implementation figures. Rerun "
+                     "are held-out-dtype and held-out-family figures, not held-out-implementation "
+                     "figures. Rerun "
                      "once the implementation data is merged.**\n")
     return lines
 
