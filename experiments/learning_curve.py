@@ -26,7 +26,7 @@ other two families (a base that ranks poorly: can learning help?). Neither is a
 held-out-implementation figure. Writes experiments/results/learning_curve.{md,csv}.
 
     python -m experiments.learning_curve [--seeds 3] [--shapes 0 1 2 4 8] [--method residual]
-        [--updates 20:0.05:4 50:0.1:6]   # trees added per update, rounds:eta:depth
+        [--updates auto 20:0.05:4 50:0.1:6]   # trees added per update
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from costtune.evaluate.metrics import (  # noqa: E402
 )
 from costtune.features.static import static_features  # noqa: E402
 from costtune.kernels import IMPLEMENTATIONS  # noqa: E402
-from costtune.model.learned import ROUNDS, UPDATE_PARAMS, fit_update  # noqa: E402
+from costtune.model.learned import fit_update  # noqa: E402
 from costtune.tune.adaptive import Adaptive, margin_for, replay_table  # noqa: E402
 from experiments import harness  # noqa: E402
 
@@ -59,7 +59,7 @@ QUESTION = "learning_curve"
 KS = (1, 4, 8)
 CAP = 16
 GOAL = {"top1": 0.97, "top4": 0.99}
-DEFAULT_UPDATE = (f"{ROUNDS}:{UPDATE_PARAMS['eta']:g}:{UPDATE_PARAMS['max_depth']}")
+DEFAULT_UPDATE = "auto"
 
 
 def with_implementation(df: pd.DataFrame) -> pd.DataFrame:
@@ -129,8 +129,11 @@ def top_rows(model, rows: pd.DataFrame, k: int) -> pd.DataFrame:
     return rows.iloc[order[:k]]
 
 
-def parse_update(text: str) -> tuple[str, int, dict]:
-    """"rounds:eta:depth" -> (label, rounds, XGBoost parameters of the added trees)."""
+def parse_update(text: str) -> tuple[str, int | None, dict | None]:
+    """"auto" (what ``costtune.model.learned`` does) or "rounds:eta:depth" -> (label,
+    rounds, XGBoost parameters of the added trees)."""
+    if text == "auto":
+        return text, None, None
     try:
         rounds, eta, depth = text.split(":")
         return text, int(rounds), {"eta": float(eta), "max_depth": int(depth)}
@@ -224,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also replay the residual model (exhaustive harvest)")
     ap.add_argument("--trees", type=int, default=300, help="base model trees")
     ap.add_argument("--updates", nargs="+", default=[DEFAULT_UPDATE],
-                    help="trees added per update as rounds:eta:depth (default: what "
-                         "costtune.model.learned ships)")
+                    help="trees added per update: auto (what costtune.model.learned "
+                         "does: light or full by the base's top-1 on the harvest) or "
+                         "rounds:eta:depth")
     ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     ap.add_argument("--out", type=Path, default=None, help="results folder")
     args = ap.parse_args(argv)

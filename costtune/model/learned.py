@@ -39,26 +39,42 @@ import pandas as pd
 
 from costtune.model.files import POINTER, current_model
 
-__all__ = ["METHODS", "current_model", "fit_update", "read_rows", "update"]
+__all__ = ["METHODS", "current_model", "fit_update", "read_rows", "update", "update_strength"]
 
 METHODS = ("continue", "residual")
 ROWS = "rows.parquet"
 LOCK = ".lock"
-# The added trees: fewer, shallower and slower-learning than the base's, so a shape or two
-# cannot undo what the base learned from thousands (by replay, experiments/learning_curve.py:
-# 50 trees at the base's eta 0.1 / depth 6 cost 3-6 points of GEMM top-1 on held-out-dtype
-# shapes the base already ranked well; these settings cost about half a point).
-ROUNDS = 20
-UPDATE_PARAMS: dict[str, Any] = {"eta": 0.05, "max_depth": 4, "min_child_weight": 5.0}
 LOCK_TIMEOUT_S = 600.0
+# The trees an update adds, chosen by how well the base already ranks the harvested workloads
+# (its TenSet top-1 on them): a base that finds their best within ``TRUSTED`` gets a light
+# touch, so a shape or two cannot undo what it learned from thousands; one that does not gets
+# a full update. By replay (experiments/learning_curve.py, held-out dtype and held-out family):
+# full updates cost 1-3 points of top-1 where the base ranked well, and light ones learned a
+# poor base's family at a third of the rate (GEMM top-1 after 2 shapes 0.62 light, 0.82 full).
+TRUSTED = 0.98
+LIGHT = (20, {"eta": 0.05, "max_depth": 4, "min_child_weight": 5.0})
+FULL = (50, {"eta": 0.1, "max_depth": 6, "min_child_weight": 1.0})
+
+
+def update_strength(base: Any, rows: pd.DataFrame) -> tuple[str, int, dict[str, Any]]:
+    """("light" | "full", trees, their parameters) for updating ``base`` on ``rows``."""
+    from costtune.evaluate.metrics import rankings_from_scores, topk_scores, topk_table
+    from costtune.features.static import static_features
+    from costtune.model.registry import score
+
+    table = topk_table(rows, rankings_from_scores(rows, score(base, static_features(rows))),
+                       ks=(1,))
+    top1 = topk_scores(table, ks=(1,), worst=(1,))["top1"]
+    name, (rounds, params) = ("light", LIGHT) if top1 >= TRUSTED else ("full", FULL)
+    return name, rounds, params
 
 
 def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
-               rounds: int = ROUNDS, params: dict[str, Any] | None = None) -> Any:
+               rounds: int | None = None, params: dict[str, Any] | None = None) -> Any:
     """A model that ranks like ``base`` corrected by ``rows`` (dataset rows of one family).
 
-    ``"continue"``: ``base``'s booster plus ``rounds`` trees of its objective
-    (``UPDATE_PARAMS`` over its parameters, then ``params``; a ``CostModel``).
+    ``"continue"``: ``base``'s booster plus ``rounds`` trees of its objective, ``params``
+    over its parameters (a ``CostModel``); both None: ``update_strength`` picks them.
     ``"residual"``: a separate booster of the same trees fitted over ``base``'s scores
     (``base_margin``), the two summed at scoring (in memory only; compared with continued
     training by replay)."""
@@ -76,7 +92,10 @@ def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
     dmat = xgb.DMatrix(x, label=target, feature_names=base.feature_names_, nthread=1)
     if model.objective.startswith("rank:"):
         dmat.set_group(groups)
-    params = {**model._xgb_params(), **UPDATE_PARAMS, **(params or {})}
+    if rounds is None and params is None:
+        _, rounds, params = update_strength(base, rows)
+    rounds = LIGHT[0] if rounds is None else rounds
+    params = {**model._xgb_params(), **(params or {})}
     if method == "continue":
         booster = xgb.train(params, dmat, num_boost_round=int(rounds),
                             xgb_model=base.booster_.copy())
@@ -137,7 +156,7 @@ def read_rows(folder: str | os.PathLike) -> pd.DataFrame:
 
 
 def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
-           family: str, method: str = "continue", rounds: int = ROUNDS) -> Path:
+           family: str, method: str = "continue", rounds: int | None = None) -> Path:
     """Merge ``rows`` (family-labelled dataset rows of one kernel) into the folder's rows and
     retrain its model from ``base`` (a model name or path) on all of them; returns the new
     model's JSON path. Safe across processes (see the module docstring)."""
@@ -161,11 +180,14 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
         _write_atomic(folder / ROWS, lambda p: merged.to_parquet(p, index=False))
         base_model = load_model(os.fspath(base) if not hasattr(base, "booster_") else base,
                                 family)
-        model = fit_update(base_model, merged, method="continue", rounds=rounds)
+        strength, auto_rounds, params = update_strength(base_model, merged)
+        rounds = auto_rounds if rounds is None else rounds
+        model = fit_update(base_model, merged, method="continue", rounds=rounds, params=params)
         stem = f"model-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         path = model.save(folder / stem)
         record = {"model": stem, "base": base if isinstance(base, str) else "given",
-                  "family": family, "method": method, "rounds": int(rounds),
+                  "family": family, "method": method, "strength": strength,
+                  "rounds": int(rounds),
                   "rows": int(len(merged)), "workloads": int(merged["workload"].nunique()),
                   "updated": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         previous = current_model(folder)
