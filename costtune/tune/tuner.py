@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from triton.runtime.autotuner import Autotuner
@@ -142,8 +143,9 @@ class SafeAutotuner(Autotuner):
                   for c in order]
         doubted = any(cat not in ("infeasible", "knobs") for cat, _ in decision.notes)
         margin = None if doubted else margin_for(self.budget, decision.family)
-        budget = type(self.budget)(**{**self.budget.__dict__,
-                                      "max_configs": max(1, len(kept))})
+        cap = max(1, len(kept))
+        budget = replace(self.budget, max_configs=cap,
+                         min_configs=min(self.budget.min_configs, cap))
 
         def measure(j: int) -> float:
             config = order[j]
