@@ -185,3 +185,19 @@ def test_train_on_a_store_of_no_family(tmp_path):
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "read as no kernel family" in lines[0], res.output
     assert "layer_norm" in lines[0]
+
+
+def test_train_on_a_harvest_without_source_hashes_trains_a_family_model(home, tmp_path):
+    store, old = tmp_path / "harvest", tmp_path / "old"
+    with costtune.harvest(store):
+        run(tuner(StepBench(), top_k=3))
+    rows = costtune.load_dataset(store).drop(columns=["kernel_hash"])  # harvested before it
+    costtune.Store(old).append(rows.to_dict("records"), meta={"gpu": "cpu"})
+    out = tmp_path / "family_model"
+    res = CliRunner().invoke(app, ["train", "--dataset", str(old), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert res.output.strip().splitlines()[-1] == (
+        f"trained a gemm family model on 1 workloads (3 rows, suite=harvested) -> {out}.json")
+    model = CostModel.load(out)
+    assert model.families_ == ["gemm"] and set(model.shape_ranges_["gemm"]) == {"M", "N", "K"}
+    assert not (home / "kernels").exists()

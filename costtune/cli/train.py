@@ -73,7 +73,9 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
     except ValueError as exc:
         fail(str(exc))
     path = model.save(out)
-    typer.echo(f"trained on {rows['workload'].nunique()} workloads ({len(rows)} rows, "
+    what = (f"a {'/'.join(sorted(rows['kernel'].astype(str).unique()))} family model "
+            if suite == "harvested" else "")
+    typer.echo(f"trained {what}on {rows['workload'].nunique()} workloads ({len(rows)} rows, "
                f"suite={suite}) -> {path}")
 
 
