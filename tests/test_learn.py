@@ -31,8 +31,12 @@ DATASET = REPO / "datasets" / "h200"
 def test_search_stops_early_on_a_confident_model():
     measured = []
     r = search([10.0, 1.0, 0.9, 0.8], lambda i: measured.append(i) or 1.0 + i,
-               budget=Adaptive(max_configs=4), margin=1.0, neighbours=lambda i: [])
+               budget=Adaptive(max_configs=4, min_configs=1), margin=1.0,
+               neighbours=lambda i: [])
     assert (r.measured, r.stop, measured) == ([0], "confident", [0])
+    r = search([10.0, 1.0, 0.9, 0.8], lambda i: 1.0 + i, budget=Adaptive(max_configs=4),
+               margin=1.0, neighbours=lambda i: [])
+    assert (r.measured, r.stop) == ([0, 1], "confident")  # min_configs=2 by default
 
 
 def test_search_extends_along_neighbours_when_the_order_disagrees():
@@ -76,7 +80,7 @@ def test_budget_options_are_checked():
 
 def test_autotune_adaptive_stops_extends_and_caps():
     confident = StepBench()
-    t = run(tuner(confident, budget=Adaptive(max_configs=6, margin=0.0)))
+    t = run(tuner(confident, budget=Adaptive(max_configs=6, min_configs=1, margin=0.0)))
     assert confident.calls == 1 and t.adaptive.stop == "confident"
     assert len(t.configs_timings) == 1
     capped = StepBench()

@@ -4,9 +4,10 @@ confident, extend along the measured best's neighbours when the measurements dis
 ``Adaptive(max_configs=16)`` (or ``budget="adaptive"``) on ``costtune.autotune`` replaces the
 fixed ``top_k``: configs are benchmarked one at a time, best-predicted first, until
 
-- *confident*: the measured best's score exceeds the next unmeasured config's score by
-  ``margin`` (scores standardized over the call's configs, so the margin reads in standard
-  deviations of the model's scores, the same for every workload); or
+- *confident*: at least ``min_configs`` (default 2) ran and the measured best's score
+  exceeds the next unmeasured config's score by ``margin`` (scores standardized over the
+  call's configs, so the margin reads in standard deviations of the model's scores, the same
+  for every workload); or
 - *cap*: ``max_configs`` configs ran (failing configs are replaced and do not count); or
 - every config ran.
 
@@ -64,7 +65,7 @@ class Adaptive:
     ``neighbours``: extend along the measured best's neighbours on disagreement."""
 
     max_configs: int = 16
-    min_configs: int = 1
+    min_configs: int = 2  # one comparison: what lets a disagreement with the model show
     margin: float | None = None
     neighbours: bool = True
 
