@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
+    "Adaptive": "costtune.tune.adaptive",
     "Config": "costtune.types",
     "Workload": "costtune.types",
     "Measurement": "costtune.types",

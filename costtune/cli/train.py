@@ -1,5 +1,11 @@
 """`costtune train`: fit a cost model on a dataset and save it (versioned) in the user's model
-folder, never into the installed package unless ``--out`` says so."""
+folder, never into the installed package unless ``--out`` says so.
+
+A harvested store (``costtune.harvest``: no ``suite`` column, rows labelled with the family
+they read as) trains each kernel's own model instead (``costtune.model.learned``: continued
+training of ``--base``, written to the kernel's folder in the user's cache, where
+``costtune.autotune(learn=True)`` finds it); rows harvested before the source hash was
+recorded train a family model saved like any other (``--name`` / ``--out``)."""
 
 from __future__ import annotations
 
@@ -28,6 +34,8 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
           objective: str = typer.Option("rank:pairwise", help="rank:pairwise | rank:ndcg "
                                         "| reg:logtime | reg:relthroughput"),
           features: str = typer.Option("static", help="static | static+compiled"),
+          base: str = typer.Option("h200", help="harvested stores: the model a kernel's own "
+                                   "model continues from"),
           seed: int = 0) -> None:
     """Train the cost model (the shipped defaults, on the train suite) and save it."""
     from costtune.model.features import FEATURE_SETS
@@ -47,7 +55,14 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
             fail(f"--name {name!r} is a shipped model's name; pick another (or --out PATH)")
         out = user_model_dir() / name
     check_writable(out.with_suffix(".json") if out.suffix != ".json" else out, option="--out")
-    rows = _training_rows(load_rows(dataset), dataset=dataset, suite=suite)
+    data = load_rows(dataset)
+    if "suite" not in data.columns and ({"family", "kernel_hash"} & set(data.columns)):
+        rows = _train_harvested(data, dataset=dataset, base=base)
+        if rows is None:
+            return
+        suite = "harvested"
+    else:
+        rows = _training_rows(data, dataset=dataset, suite=suite)
     from costtune.evaluate import default_model
 
     model = default_model(objective=objective, features=features, seed=seed)
@@ -58,7 +73,9 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
     except ValueError as exc:
         fail(str(exc))
     path = model.save(out)
-    typer.echo(f"trained on {rows['workload'].nunique()} workloads ({len(rows)} rows, "
+    what = (f"a {'/'.join(sorted(rows['kernel'].astype(str).unique()))} family model "
+            if suite == "harvested" else "")
+    typer.echo(f"trained {what}on {rows['workload'].nunique()} workloads ({len(rows)} rows, "
                f"suite={suite}) -> {path}")
 
 
@@ -67,8 +84,9 @@ def _training_rows(data, *, dataset: Path, suite: str):
 
     if suite == "train":
         if "suite" not in data.columns:
-            fail(f"--dataset {dataset} has no 'suite' column (a harvested store?); fit every "
-                 "row with --suite all")
+            fail(f"--dataset {dataset} has no 'suite' column (a harvested store?) and no "
+                 "harvest labels (family, kernel_hash): neither a collected dataset nor a "
+                 "costtune.harvest store; fit every row with --suite all")
         data = data[data["suite"] == "train"]
         if data.empty:
             fail(f"--dataset {dataset} has no rows of suite 'train'; use --suite all")
@@ -83,3 +101,47 @@ def _training_rows(data, *, dataset: Path, suite: str):
              "family)")
         data = data[data["kernel"].isin(known)]
     return data
+
+
+def _train_harvested(data, *, dataset: Path, base: str):
+    """Train each harvested kernel's own model (rows with a source hash); returns the rows
+    without one, relabelled as their family, for a family model (None when there are none)."""
+    import pandas as pd
+
+    from costtune.kernels import FAMILIES
+    from costtune.model.files import kernel_dir
+    from costtune.model.learned import update
+
+    family = data["family"] if "family" in data else pd.Series(None, index=data.index)
+    labelled = data[family.isin(FAMILIES)]
+    if labelled.empty:
+        names = sorted(data["kernel"].astype(str).unique())[:5]
+        fail(f"--dataset {dataset} is a harvested store whose kernels ({', '.join(names)}) "
+             "read as no kernel family: no rows of costtune's kernel families to train on")
+    if len(labelled) < len(data):
+        note(f"leaving out {len(data) - len(labelled)} harvested rows that read as no family")
+    rows = labelled.assign(kernel=labelled["family"].astype(str))
+    hashes = (rows["kernel_hash"] if "kernel_hash" in rows else
+              pd.Series(None, index=rows.index)).fillna("")
+    name = (rows["kernel_fn"].astype(str).str.rsplit(".", n=1).str[-1] if "kernel_fn" in rows
+            else rows["kernel"])
+    gpu = rows["gpu"].fillna("cpu").astype(str) if "gpu" in rows else "cpu"
+    rows = rows.assign(_name=name, _hash=hashes, _gpu=gpu)
+    for (fn, digest, device, fam), group in rows[hashes != ""].groupby(
+            ["_name", "_hash", "_gpu", "kernel"]):
+        group = group.drop(columns=["_name", "_hash", "_gpu"])
+        try:
+            with bar(f"training {fn}'s own model on {len(group)} rows", None):
+                path = update(kernel_dir(fn, digest, device), group, base=base, family=fam)
+        except (ValueError, OSError) as exc:
+            fail(f"--dataset {dataset}: {fn}: {exc}")
+        typer.echo(f"trained the per-kernel model of {fn} ({fam}, source {digest[:12]}, "
+                   f"{device}; continued from {base}) on {group['workload'].nunique()} "
+                   f"workloads ({len(group)} rows) -> {path}")
+    rest = rows[hashes == ""].drop(columns=["_name", "_hash", "_gpu"])
+    if rest.empty:
+        return None
+    families = sorted(rest["kernel"].unique())
+    note(f"{len(rest)} harvested rows carry no kernel source hash; training a "
+         f"{'/'.join(families)} family model on them")
+    return rest

@@ -8,16 +8,19 @@ always reads the ``.ubj`` of the JSON's own stem, so a copied or renamed pair (`
 A bare name (no folder, no suffix) is looked up as a path first, then among the shipped models
 (``costtune/models``), then among the user's models: ``$COSTTUNE_HOME/models``, else
 ``$XDG_CACHE_HOME/costtune/models``, else ``~/.cache/costtune/models`` (where ``costtune train``
-writes by default).
+writes by default). Per-kernel models (learned from a kernel's own tunings) live under
+``<the same home>/kernels/`` (``kernel_dir``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+POINTER = "current.json"  # a per-kernel folder's current model (``model.learned``)
 MODEL_SCHEMA_VERSION = 1
 MODEL_FORMAT = "costtune.CostModel"
 
@@ -39,6 +42,21 @@ def user_home() -> Path:
 def user_model_dir() -> Path:
     """Where the user's own models are saved and looked up by name."""
     return user_home() / "models"
+
+
+def kernel_dir(name: str, source_hash: str, gpu: str | None) -> Path:
+    """The per-kernel model folder of one kernel (its function name and source hash) on one
+    GPU model: ``<user home>/kernels/<name>-<hash[:16]>/<gpu>`` (``costtune.model.learned``).
+
+    >>> kernel_dir("matmul", "ab" * 32, "NVIDIA H200").parts[-2:]
+    ('matmul-abababababababab', 'NVIDIA-H200')
+    """
+    import re
+
+    def slug(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "unnamed"
+
+    return user_home() / "kernels" / f"{slug(name)}-{source_hash[:16]}" / slug(gpu or "no-gpu")
 
 
 def shipped_model_dir() -> Path:
@@ -101,3 +119,14 @@ def load_booster(json_path: Path) -> Any:
         raise ModelSchemaError(f"{path}: not a readable XGBoost booster ({first[:200]})"
                                ) from None
     return booster
+
+
+def current_model(folder: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
+    """(model JSON path, pointer record) of a kernel folder's current model; None if none."""
+    pointer = Path(folder) / POINTER
+    try:
+        record = json.loads(pointer.read_text())
+    except (OSError, ValueError):
+        return None
+    path = Path(folder) / f"{record['model']}.json"
+    return (path, record) if path.exists() else None

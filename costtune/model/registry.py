@@ -49,14 +49,25 @@ def load_model(model: Any, family: str | None = None) -> Any:
     return load_noted(model, family)[0]
 
 
-def load_noted(model: Any, family: str | None = None) -> tuple[Any, str | None]:
+def load_noted(model: Any, family: str | None = None, *,
+               kernel_dir: str | os.PathLike | None = None) -> tuple[Any, str | None]:
     """(fitted model, a note when a family model was passed over).
 
     ``model``: a ``CostModel`` (checked against this code's feature schema), any other object
     with ``predict(rows)`` (used as it is), a saved model's path or a shipped name. Raises
-    (FileNotFoundError, ModelSchemaError, ...) when no model loads.
+    (FileNotFoundError, ModelSchemaError, ...) when no model loads. ``kernel_dir``: a
+    per-kernel model folder (``costtune.model.learned``); when it holds a current model
+    learned from ``model`` (a name or path) for ``family``, that one is returned instead (an
+    unusable one is passed over with a note).
     """
     from costtune.model.xgb import CostModel, _resolve, is_shipped_name
+
+    if kernel_dir is not None and family and isinstance(model, str | os.PathLike):
+        learned, note = _load_learned(os.fspath(model), family, kernel_dir)
+        if learned is not None:
+            return learned, None
+        loaded, other = load_noted(model, family)
+        return loaded, note or other
 
     if isinstance(model, CostModel):
         model._check_fitted()
@@ -81,6 +92,26 @@ def load_noted(model: Any, family: str | None = None) -> tuple[Any, str | None]:
                             else (CostModel.load(text), None))
             _MODELS[key] = (_single_threaded(loaded), note)
         return _MODELS[key]
+
+
+def _load_learned(base: str, family: str, folder: str | os.PathLike
+                  ) -> tuple[Any, str | None]:
+    """(the folder's current model, None) when it was learned from ``base`` for ``family``;
+    (None, a note) when it is unusable; (None, None) when there is none."""
+    from costtune.model.files import current_model
+
+    found = current_model(folder)
+    if found is None:
+        return None, None
+    path, record = found
+    if record.get("base") != base or record.get("family") != family:
+        return None, None
+    try:
+        loaded = load_noted(str(path))[0]
+        loaded.learned_path_ = str(path)
+        return loaded, None
+    except Exception as exc:  # e.g. removed between the pointer's read and the load
+        return None, f"per-kernel model {path} is unusable ({type(exc).__name__}: {exc})"
 
 
 def default_stage2(model: Any) -> Any:

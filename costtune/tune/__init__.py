@@ -2,7 +2,8 @@
 (``feasibility``, ``trained``: values the training data had), ranking and trust (``ranking``),
 knobs the model cannot tell apart (``knobs``), the pruner (``pruner``, ``decision``),
 ``autotune`` and its tuner that replaces failing configs and checks outputs (``autotune``,
-``tuner``, ``guard``), the parallel precompile, the model preload and harvest.
+``tuner``, ``guard``), the adaptive budget (``adaptive``), per-kernel learning (``learn``),
+the parallel precompile, the model preload and harvest.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ _EXPORTS = {
     "PruneDecision": "costtune.tune.pruner",
     "harvest": "costtune.tune.harvest",
     "enable_harvest": "costtune.tune.harvest",
+    "Adaptive": "costtune.tune.adaptive",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -5,6 +5,7 @@ output check (``tune.tuner``)."""
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,9 +17,10 @@ __all__ = ["autotune"]
 _PRUNE_OPTIONS = frozenset(inspect.signature(prune_configs_by).parameters)
 
 
-def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float = 8,
+def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float | None = None,
              model: Any = "h200", family: str | None = None, problem: ProblemSpec = None,
              precompile: bool | int = True, bench: str = "graph", check: Any = None,
+             budget: Any = None, learn: bool = False,
              **options: Any) -> Callable[[Any], Any]:
     """``triton.autotune`` that benchmarks only the ``top_k`` configs the cost model ranks
     best and, on a GPU, first compiles them in parallel threads (``tune.precompile``; skipped
@@ -39,6 +41,14 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
     (with each other, or with the reference); a config that disagrees cannot win and is
     named in a warning (``tune.guard``). ``tuner.rejected`` says what was set aside.
 
+    ``top_k`` defaults to 8. ``budget``: instead of a fixed ``top_k``, ``"adaptive"`` or
+    ``costtune.Adaptive(max_configs=16, ...)`` benchmarks in model order, stops when the
+    model is confident (a margin calibrated by replay, ``tune.adaptive``), extends along the
+    measured best's neighbours when the measurements disagree, up to ``max_configs``;
+    ``tuner.adaptive`` says what it did. ``learn``: True updates the kernel's own model in the
+    user's cache with what each tuning measured, and ranks with it from then on, in later
+    processes too (``tune.learn``; ``model`` must be a name or path).
+
     >>> import triton, costtune
     >>> @costtune.autotune(configs=[triton.Config({"BLOCK_N": 1024})], key=["rows", "cols"],
     ...                    top_k=4, family="softmax")
@@ -54,6 +64,7 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
     if unknown:
         raise ValueError(f"unknown option(s) {unknown}; costtune.autotune takes "
                          f"{sorted(_PRUNE_OPTIONS)} and triton.autotune's {sorted(triton_names)}")
+    adaptive, top_k = _budget(budget, top_k=top_k, learn=learn, model=model)
     prune_kw = {k: v for k, v in options.items() if k in _PRUNE_OPTIONS}
     triton_kw = {k: v for k, v in options.items() if k in triton_names}
     prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)  # checks now
@@ -71,6 +82,7 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
         triton_kw["do_bench"] = graph_bench  # Triton's own timing when the user set it up
 
     def decorator(fn: Any) -> Any:
+        from costtune.tune.learn import Learner
         from costtune.tune.tuner import SafeAutotuner
 
         # One pruner per kernel: its warnings and caches belong to that kernel.
@@ -79,6 +91,25 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float =
         threads = precompile if precompile is False or precompile is True else int(precompile)
         return SafeAutotuner(fn, fn.arg_names, configs, key, triton_kw.get("reset_to_zero"),
                              triton_kw.get("restore_value"), prune_configs_by=prune,
-                             check=spec, precompile_threads=threads, **rest)
+                             check=spec, precompile_threads=threads, budget=adaptive,
+                             learner=Learner(fn, model=model) if learn else None, **rest)
 
     return decorator
+
+
+def _budget(budget: Any, *, top_k: int | float | None, learn: Any, model: Any
+            ) -> tuple[Any, int | float]:
+    """(the adaptive budget or None, the k the pruner keeps); ValueError on bad options."""
+    from costtune.tune.adaptive import parse_budget
+
+    adaptive = parse_budget(budget)
+    if adaptive is not None and top_k is not None:
+        raise ValueError("top_k and budget= exclude each other; the adaptive budget's cap "
+                         "is max_configs")
+    if not isinstance(learn, bool):
+        raise ValueError(f"learn must be True or False, got {learn!r}")
+    if learn and not isinstance(model, str | os.PathLike):
+        raise ValueError("learn=True needs the model as a name or path (its files are what "
+                         f"the kernel's own model is trained from), got {type(model).__name__}")
+    return adaptive, (adaptive.max_configs if adaptive is not None
+                      else 8 if top_k is None else top_k)

@@ -43,6 +43,7 @@ class PruneDecision:
     knobs: dict[str, list] = field(default_factory=dict)  # knobs the model cannot tell apart
     warnings: list[str] = field(default_factory=list)  # what was warned (or logged)
     replaced: dict[str, str] = field(default_factory=dict)  # by costtune.autotune: config -> why
+    model: str | None = None  # what ranked: the model given, or the kernel's own model file
 
 
 def keep_count(top_k: int | float, n: int) -> int:

@@ -12,9 +12,11 @@ kernel keeps its function name as ``kernel`` and, when the launch reads as a fam
 pruning hook reads it: names as Triton's tutorials and Inductor spell them, launch kwargs,
 tensor and TensorDescriptor shapes), carries ``family``, the family's sizes and parameter
 names, and ``param_map`` (config name -> family name); ``df.assign(kernel=df.family)`` turns
-them into training rows. Knobs no model learns (GROUP_SIZE_M, WARP_SPECIALIZE, num_ctas,
-maxnreg, ...) stay columns of their own. A kernel declared as a family it does not read as
-(a layer norm declared as softmax) is not labelled with it. Times are Triton's ``do_bench``
+them into training rows. ``kernel_hash`` (SHA-256 of the kernel's source) and ``gpu`` key the
+kernel's own model (``costtune.autotune(learn=True)``, ``costtune train``). Knobs no model
+learns (GROUP_SIZE_M, WARP_SPECIALIZE, num_ctas, maxnreg, ...) stay columns of their own. A
+kernel declared as a family it does not read as (a layer norm declared as softmax) is not
+labelled with it. Times are Triton's ``do_bench``
 (or the tuner's own), not costtune's graph replay, and outputs are not checked against a
 reference: the part's metadata says so.
 
@@ -27,6 +29,8 @@ reference: the part's metadata says so.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import inspect
 import math
 import os
 import warnings
@@ -177,6 +181,7 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
     kernel = family if own and family else base.__name__
     workload = Workload(kernel, problem, dtype).id
     key_values = [all_args.get(k) for k in tuner.keys]
+    source = source_hash(tuner.fn)
     rows = []
     for i, config in enumerate(configs):
         extras = {k: v for k, v in config.kwargs.items()
@@ -196,12 +201,25 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
             "error": "" if ok else "triton.autotune timed it as inf (OutOfResources, PTXAS "
                                    "error or compile-time assertion)",
             "gpu": gpu, "family": family, "param_map": param_map,
-            "kernel_fn": f"{base.__module__}.{base.__qualname__}",
+            "kernel_fn": f"{base.__module__}.{base.__qualname__}", "kernel_hash": source,
             "tuning_key": repr(tuple(key_values)),
             "bench_s": float(getattr(tuner, "bench_time", math.nan)),
             "n_tuned": len(configs), "n_configs": len(tuner.configs),
         })
     return kernel, rows
+
+
+def source_hash(fn: Any) -> str:
+    """SHA-256 of a kernel's source (``JITFunction.src``, else ``inspect.getsource``)."""
+    base = getattr(fn, "base_fn", None) or getattr(fn, "fn", None) or fn
+    src = getattr(base, "src", None) or getattr(fn, "src", None)
+    if src is None:
+        target = getattr(base, "fn", base)
+        try:
+            src = inspect.getsource(target)
+        except (OSError, TypeError):
+            src = getattr(target, "__qualname__", repr(target))
+    return hashlib.sha256(str(src).encode()).hexdigest()
 
 
 def _quantiles(timing: Any) -> tuple[float, float, float]:

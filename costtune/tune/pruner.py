@@ -95,6 +95,9 @@ class ConfigPruner:
         # The autotuned kernel (its name and source say what it computes); None: the
         # Autotuner calling this pruner, found up the call stack.
         self.kernel: Any = None
+        # costtune.autotune(learn=True) sets this: the kernel's own model folder, preferred
+        # when it holds a model learned from ``model`` (``model.learned``).
+        self.kernel_dir: Any = None
         self._warned: set[str] = set()
         # Triton passes the same configs list on every call: keys and family params of that
         # list are computed once.
@@ -229,7 +232,7 @@ class ConfigPruner:
             alive = np.array([i for i in alive if i not in refused], dtype=int)
             notes.append(("infeasible", feasibility.summary(configs, refused)))
         try:
-            model, note = load_noted(self.model, launch.family)
+            model, note = load_noted(self.model, launch.family, kernel_dir=self.kernel_dir)
         except Exception as exc:
             notes.append(("model", f"no usable cost model {self.model!r} "
                           f"({type(exc).__name__}: {exc})"))
@@ -244,8 +247,10 @@ class ConfigPruner:
         if uses_compiled(model) and not self.two_stage:
             doubts.append(("features", f"cost model {self.model!r} needs compiled features; "
                            "without two_stage=True it ranks with them missing"))
-        return self._rank(model, launch, configs, alive, params, columns, doubts, refused,
-                          notes)
+        decision, order = self._rank(model, launch, configs, alive, params, columns, doubts,
+                                     refused, notes)
+        decision.model = getattr(model, "learned_path_", None) or str(self.model)[:80]
+        return decision, order
 
     def _rank(self, model: Any, launch: Any, configs: Sequence[Any], alive: np.ndarray,
               params: list[dict],

@@ -14,6 +14,12 @@ is infinite it launches it anyway and the error reaches the user. Here ``prune_c
 - ``run`` then "benchmarks" only the configs that ran and were right, reading back the times
   measured here, so Triton picks among them as usual (``configs_timings``, ``best_config``).
 
+With an adaptive budget (``budget=`` on ``costtune.autotune``, ``tune.adaptive``) the configs
+are benchmarked one at a time in the pruner's order, stopping when the model is confident and
+extending along the measured best's neighbours when the measurements disagree with it, up to
+the cap; failing configs are replaced the same way. With ``learn=True`` each tuning updates the
+kernel's own model (``tune.learn``), which the pruner ranks with from then on.
+
 If nothing can run, the kept list is returned unchanged and Triton fails exactly as exhaustive
 tuning would (the same error reaches the user). ``warmup`` and disk-cached results keep
 Triton's behaviour.
@@ -23,11 +29,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from triton.runtime.autotuner import Autotuner
 
-from costtune.tune.decision import warn
+from costtune.tune.decision import config_key, warn
 from costtune.tune.feasibility import config_text, finite_time
 from costtune.tune.guard import MIN_VOTERS, CheckSpec, OutputGuard
 
@@ -42,9 +49,12 @@ class SafeAutotuner(Autotuner):
     eligible in the latest tuning call."""
 
     def __init__(self, *args: Any, check: CheckSpec | None = None,
-                 precompile_threads: int | None | bool = True, **kwargs: Any) -> None:
+                 precompile_threads: int | None | bool = True, budget: Any = None,
+                 learner: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.check, self.precompile_threads = check, precompile_threads
+        self.budget, self.learner = budget, learner
+        self.adaptive: Any = None  # the latest adaptive loop's AdaptiveResult
         self.rejected: dict[str, str] = {}
         self._tuning = False
         self._timed: dict[int, Any] = {}
@@ -52,10 +62,18 @@ class SafeAutotuner(Autotuner):
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         self._tuning = True
+        before = getattr(self, "configs_timings", None)
+        if self.learner is not None and getattr(self.early_config_prune, "kernel_dir",
+                                                 None) is None and self.learner.learns:
+            self.early_config_prune.kernel_dir = self.learner.folder()
         try:
-            return super().run(*args, **kwargs)
+            out = super().run(*args, **kwargs)
         finally:
             self._tuning, self._timed = False, {}
+        timings = getattr(self, "configs_timings", None)
+        if self.learner is not None and timings is not None and timings is not before:
+            self.learner.record(self, args, kwargs)
+        return out
 
     def _bench(self, *args: Any, config: Any, **meta: Any) -> Any:
         timed = self._timed.get(id(config))
@@ -86,7 +104,14 @@ class SafeAutotuner(Autotuner):
         ran: list[Any] = []
         failed: dict[str, str] = {}
         first = True
+        adaptive = (self.budget is not None
+                    and getattr(self._decision(), "scores", None) is not None)
         try:
+            if adaptive:
+                self._adapt(kept, args, kwargs, ran=ran, failed=failed, guard=guard)
+                if guard is not None:
+                    self._vote(guard, reserve, args, kwargs)
+                pending = []
             while pending:
                 self._try(pending, args, kwargs, ran=ran, failed=failed, guard=guard,
                           first=first)
@@ -101,8 +126,40 @@ class SafeAutotuner(Autotuner):
                 guard.restore()
         wrong = guard.judge() if guard is not None else {}
         good = [c for c in ran if config_text(c) not in wrong]
-        self._report(kept, failed, wrong, good)
+        self._report(ran if adaptive and ran else kept, failed, wrong, good)
         return good or ran or kept
+
+    def _adapt(self, kept: list[Any], args: tuple, kwargs: dict, *, ran: list[Any],
+               failed: dict[str, str], guard: OutputGuard | None) -> None:
+        """The adaptive loop (``tune.adaptive.search``) over every config the pruner ranked,
+        capped at the ``k`` it kept (``max_configs``, widened under doubts, where the model's
+        confidence is not trusted and all ``k`` run)."""
+        from costtune.tune.adaptive import margin_for, neighbour_finder, search
+
+        decision = self._decision()
+        order = [self.configs[i] for i in decision.ranked]
+        scores = [float(decision.scores[i]) for i in decision.ranked]
+        values = [{**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
+                  for c in order]
+        doubted = any(cat not in ("infeasible", "knobs") for cat, _ in decision.notes)
+        margin = None if doubted else margin_for(self.budget, decision.family)
+        cap = max(1, len(kept))
+        budget = replace(self.budget, max_configs=cap,
+                         min_configs=min(self.budget.min_configs, cap))
+
+        def measure(j: int) -> float:
+            config = order[j]
+            self._try([config], args, kwargs, ran=ran, failed=failed, guard=guard,
+                      first=not ran and not failed)
+            timing = self._timed.get(id(config))
+            if timing is None:
+                return float("inf")
+            return float(timing[0] if isinstance(timing, (list, tuple)) else timing)
+
+        self.adaptive = search(scores, measure, budget=budget, margin=margin,
+                               neighbours=neighbour_finder(values))
+        decision.k = len(self.adaptive.measured)
+        decision.kept = [config_key(order[j]) for j in self.adaptive.measured]
 
     def _try(self, pending: list[Any], args: tuple, kwargs: dict, *, ran: list[Any],
              failed: dict[str, str], guard: OutputGuard | None, first: bool) -> None:

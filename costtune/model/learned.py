@@ -1,0 +1,221 @@
+"""Per-kernel models: what tuning measured for one kernel on one GPU, learned on top of the
+shipped model.
+
+A kernel's folder (``costtune.model.files.kernel_dir``: ``<user home>/kernels/<name>-<source
+hash>/<gpu>/``, the user home being ``$COSTTUNE_HOME``, else ``$XDG_CACHE_HOME/costtune``,
+else ``~/.cache/costtune``) holds
+
+- ``rows.parquet``: every harvested row of the kernel (family-labelled: ``kernel`` is the
+  family, the config columns carry the family's parameter names);
+- ``model-<id>.json`` + ``.ubj``: a ``CostModel``, the base model's booster with trees added
+  on those rows (XGBoost's continued training, ``xgb_model=``);
+- ``current.json``: which model is current, its base model and family, the rows it learned.
+
+``update`` holds the folder's lock (``filelock``) while it merges the new rows into
+``rows.parquet``, retrains and writes: every file is written under a temporary name and
+``os.replace``d, and the new model's pair gets a fresh stem before ``current.json`` points at
+it, so several processes (ranks) tuning the same kernel neither lose each other's rows nor
+let a reader see a torn model. The previous model's pair is kept (a reader may have just read
+the pointer); older ones are removed.
+
+Why continued training and not a residual model: a residual booster fitted over the base's
+scores (``base_margin``) with the same parameters is the same model as the trees continued
+training adds; by replay (``experiments/learning_curve.py --method residual``) the two scored
+identically on every row. The continued booster ships because it is one ordinary model file
+that every loader already reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from costtune.model.files import POINTER, current_model
+
+__all__ = ["METHODS", "current_model", "fit_update", "read_rows", "update", "update_strength"]
+
+METHODS = ("continue", "residual")
+ROWS = "rows.parquet"
+LOCK = ".lock"
+LOCK_TIMEOUT_S = 600.0
+# The trees an update adds, chosen by how well the base already ranks the harvested workloads
+# (its TenSet top-1 on them): a base that finds their best within ``TRUSTED`` gets a light
+# touch, so a shape or two cannot undo what it learned from thousands; one that does not gets
+# a full update. By replay (experiments/learning_curve.py, held-out dtype and held-out family):
+# full updates (50 trees, eta 0.1, depth 6) cost 2-4 points of GEMM top-1 after 1 shape where
+# the base ranked well (held-out dtype), light ones (20, 0.05, 4) barely moved a poor base
+# (held-out family, GEMM top-1 from 0.65: 0.62 light, 0.82 full after 2 exhaustive shapes).
+TRUSTED = 0.98
+LIGHT = (20, {"eta": 0.05, "max_depth": 4, "min_child_weight": 5.0})
+FULL = (50, {"eta": 0.1, "max_depth": 6, "min_child_weight": 1.0})
+
+
+def update_strength(base: Any, rows: pd.DataFrame) -> tuple[str, int, dict[str, Any]]:
+    """("light" | "full", trees, their parameters) for updating ``base`` on ``rows``."""
+    from costtune.evaluate.metrics import rankings_from_scores, topk_scores, topk_table
+    from costtune.features.static import static_features
+    from costtune.model.registry import score
+
+    table = topk_table(rows, rankings_from_scores(rows, score(base, static_features(rows))),
+                       ks=(1,))
+    top1 = topk_scores(table, ks=(1,), worst=(1,))["top1"]
+    name, (rounds, params) = ("light", LIGHT) if top1 >= TRUSTED else ("full", FULL)
+    return name, rounds, params
+
+
+def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
+               rounds: int | None = None, params: dict[str, Any] | None = None) -> Any:
+    """A model that ranks like ``base`` corrected by ``rows`` (dataset rows of one family).
+
+    ``"continue"``: ``base``'s booster plus ``rounds`` trees of its objective, ``params``
+    over its parameters (a ``CostModel``); both None: ``update_strength`` picks them.
+    ``"residual"``: a separate booster of the same trees fitted over ``base``'s scores
+    (``base_margin``), the two summed at scoring (in memory only; compared with continued
+    training by replay)."""
+    import xgboost as xgb
+
+    from costtune.model.features import design_matrix
+    from costtune.model.xgb import CostModel, dataset_hash
+
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; use one of {list(METHODS)}")
+    base._check_fitted()
+    model = CostModel(**base.get_params())
+    target_rows, target, groups = model._targets(rows)
+    x = design_matrix(target_rows, base.feature_names_, features=base.features)
+    dmat = xgb.DMatrix(x, label=target, feature_names=base.feature_names_, nthread=1)
+    if model.objective.startswith("rank:"):
+        dmat.set_group(groups)
+    if rounds is None and params is None:
+        _, rounds, params = update_strength(base, rows)
+    rounds = LIGHT[0] if rounds is None else rounds
+    params = {**model._xgb_params(), **(params or {})}
+    if method == "continue":
+        booster = xgb.train(params, dmat, num_boost_round=int(rounds),
+                            xgb_model=base.booster_.copy())
+    else:
+        dmat.set_base_margin(np.asarray(base.booster_.inplace_predict(x), dtype=np.float32))
+        delta = xgb.train(params, dmat, num_boost_round=int(rounds))
+        booster = _SumBooster(base.booster_, delta)
+    model.booster_ = booster
+    model.feature_names_ = list(base.feature_names_)
+    model.families_ = list(base.families_)
+    model.shape_ranges_ = _merged_ranges(base.shape_ranges_, rows)
+    model.train_hash_ = dataset_hash(rows)
+    model.n_train_rows_ = int(base.n_train_rows_ or 0) + len(target_rows)
+    model.n_train_workloads_ = int(base.n_train_workloads_ or 0) + len(groups)
+    gpus = {g.strip() for g in (base.gpu_ or "").split(",") if g.strip()}
+    if "gpu" in rows:
+        gpus |= set(rows["gpu"].dropna().astype(str))
+    model.gpu_ = ", ".join(sorted(gpus)) or None
+    model.triton_version_ = base.triton_version_
+    return model
+
+
+class _SumBooster:
+    """Scores of a base booster plus a residual booster (``fit_update(method="residual")``)."""
+
+    def __init__(self, base: Any, delta: Any) -> None:
+        self.base, self.delta = base, delta
+
+    def inplace_predict(self, x: Any, **kw: Any) -> np.ndarray:
+        return (np.asarray(self.base.inplace_predict(x, **kw), dtype=float)
+                + np.asarray(self.delta.inplace_predict(x, **kw), dtype=float))
+
+    def predict(self, dmat: Any, **kw: Any) -> np.ndarray:
+        return (np.asarray(self.base.predict(dmat, **kw), dtype=float)
+                + np.asarray(self.delta.predict(dmat, **kw), dtype=float))
+
+    def set_param(self, params: Any) -> None:
+        self.base.set_param(params)
+        self.delta.set_param(params)
+
+
+def _merged_ranges(ranges: dict, rows: pd.DataFrame) -> dict:
+    from costtune.model.xgb import shape_ranges
+
+    out = {f: dict(r) for f, r in ranges.items()}
+    for family, new in shape_ranges(rows).items():
+        old = out.setdefault(family, {})
+        for key, (lo, hi) in new.items():
+            a, b = old.get(key, (lo, hi))
+            old[key] = (min(a, lo), max(b, hi))
+    return out
+
+
+def read_rows(folder: str | os.PathLike) -> pd.DataFrame:
+    """Every row a kernel folder learned from (empty when none)."""
+    path = Path(folder) / ROWS
+    return pd.read_parquet(path) if path.exists() else pd.DataFrame()
+
+
+def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
+           family: str, method: str = "continue", rounds: int | None = None) -> Path:
+    """Merge ``rows`` (family-labelled dataset rows of one kernel) into the folder's rows and
+    retrain its model from ``base`` (a model name or path) on all of them; returns the new
+    model's JSON path. Safe across processes (see the module docstring)."""
+    from costtune.model.registry import load_model
+    from costtune.store.locks import acquire
+
+    if method != "continue":
+        raise ValueError(f"a kernel's saved model is trained by continued training; "
+                         f"method {method!r} is for replay comparisons only")
+    if rows.empty:
+        raise ValueError("no rows to learn from")
+    if set(rows["kernel"].astype(str)) != {family}:
+        raise ValueError(f"rows must be {family} rows; got kernels "
+                         f"{sorted(set(rows['kernel'].astype(str)))}")
+    folder = Path(folder)
+    lock = acquire(folder / LOCK, timeout=LOCK_TIMEOUT_S, stale_s=LOCK_TIMEOUT_S)
+    try:
+        merged = pd.concat([read_rows(folder), rows], ignore_index=True)
+        merged = merged.drop_duplicates(["workload", "config"], keep="last")
+        merged = merged.reset_index(drop=True)
+        _write_atomic(folder / ROWS, lambda p: merged.to_parquet(p, index=False))
+        base_model = load_model(os.fspath(base) if not hasattr(base, "booster_") else base,
+                                family)
+        strength, auto_rounds, params = update_strength(base_model, merged)
+        rounds = auto_rounds if rounds is None else rounds
+        model = fit_update(base_model, merged, method="continue", rounds=rounds, params=params)
+        stem = f"model-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        path = model.save(folder / stem)
+        record = {"model": stem, "base": base if isinstance(base, str) else "given",
+                  "family": family, "method": method, "strength": strength,
+                  "rounds": int(rounds),
+                  "rows": int(len(merged)), "workloads": int(merged["workload"].nunique()),
+                  "updated": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        previous = current_model(folder)
+        _write_atomic(folder / POINTER,
+                      lambda p: Path(p).write_text(json.dumps(record, indent=1) + "\n"))
+        _remove_old(folder, keep={stem, previous[1]["model"] if previous else stem})
+        return path
+    finally:
+        lock.release()
+
+
+def _write_atomic(path: Path, write: Any) -> None:
+    """Write through ``write(temp path)`` beside ``path``, then ``os.replace`` it there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _remove_old(folder: Path, *, keep: set[str]) -> None:
+    for path in folder.glob("model-*"):
+        if path.stem not in keep:
+            try:
+                path.unlink()
+            except OSError:
+                pass

@@ -1,0 +1,261 @@
+"""Learning the user's kernel as it is tuned, by replay on held-out implementations.
+
+Protocol, per family and per held-out implementation H (the dataset's ``implementation``
+column; rows without it are the family's original kernel, named like the family):
+
+1. base model: the shipped defaults (``costtune.evaluate.default_model``), trained on the
+   train-suite rows of the family's *other* implementations;
+2. harvest: H's train-suite workloads in a seeded order; after N = 0, 1, 2, 4, 8 of them, the
+   base model is updated on their rows as ``costtune.autotune(learn=True)`` does
+   (``costtune.model.learned.fit_update``: continued training of the base booster);
+   two harvests are replayed: ``exhaustive`` (every config of each harvested workload, what an
+   untuned or exhaustive call records) and ``top8`` (the 8 configs the model of the moment
+   ranks best, what ``costtune.autotune(top_k=8, learn=True)`` records, shape after shape);
+3. score: H's test-suite workloads (shapes never harvested) at top_k = 1, 4, 8 (TenSet score,
+   ``costtune.evaluate.metrics``) and with the adaptive budget (``costtune.Adaptive``,
+   calibrated margin, cap 16): its score and the mean configs it benchmarked.
+
+``--method residual`` adds the residual alternative to continued training (a separate shallow
+booster over the base scores) for the exhaustive harvest, to choose between them by replay.
+
+When no family has a second implementation yet (the data of issue 18 not merged), the script
+says so and runs a clearly labelled FALLBACK instead, two stand-ins: the held-out *dtype*
+(bfloat16) of each family's original kernel, the base trained on its float16 rows (a base that
+already ranks well: can learning do harm?), and the held-out *family*, the base trained on the
+other two families (a base that ranks poorly: can learning help?). Neither is a
+held-out-implementation figure. Writes experiments/results/learning_curve.{md,csv}.
+
+    python -m experiments.learning_curve [--seeds 3] [--shapes 0 1 2 4 8] [--method residual]
+        [--updates auto 20:0.05:4 50:0.1:6]   # trees added per update
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):  # started as a file: make the `experiments` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from costtune.evaluate import default_model  # noqa: E402
+from costtune.evaluate.metrics import (  # noqa: E402
+    rankings_from_scores,
+    topk_scores,
+    topk_table,
+)
+from costtune.features.static import static_features  # noqa: E402
+from costtune.kernels import IMPLEMENTATIONS  # noqa: E402
+from costtune.model.learned import fit_update  # noqa: E402
+from costtune.tune.adaptive import Adaptive, margin_for, replay_table  # noqa: E402
+from experiments import harness  # noqa: E402
+
+QUESTION = "learning_curve"
+KS = (1, 4, 8)
+CAP = 16
+GOAL = {"top1": 0.97, "top4": 0.99}
+DEFAULT_UPDATE = "auto"
+
+
+def with_implementation(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows with ``implementation`` (missing -> the family's name), ``kernel`` the family, and
+    workload ids made unique per implementation."""
+    impl = (df["implementation"].fillna(df["kernel"]) if "implementation" in df
+            else df["kernel"]).astype(str)
+    family = {i: f for f, names in IMPLEMENTATIONS.items() for i in names}
+    df = df.assign(implementation=impl, kernel=impl.map(family).fillna(df["kernel"]))
+    return df.assign(workload=df["implementation"] + ":" + df["workload"].astype(str))
+
+
+def cases(df: pd.DataFrame) -> tuple[list[dict], str]:
+    """The held-out cases and the protocol's name: one per (family, implementation) where the
+    family has two or more; else the bfloat16 fallback per family."""
+    out = []
+    for family, group in df.groupby("kernel"):
+        impls = sorted(group["implementation"].unique())
+        if len(impls) < 2:
+            continue
+        for held in impls:
+            out.append({"family": family, "held_out": held,
+                        "train": group[(group["implementation"] != held)
+                                       & (group["suite"] == "train")],
+                        "pool": group[(group["implementation"] == held)
+                                      & (group["suite"] == "train")],
+                        "test": group[(group["implementation"] == held)
+                                      & (group["suite"] == "test")]})
+    if out:
+        return out, "held-out implementation"
+    for family, group in df.groupby("kernel"):
+        bf16 = group["dtype"] == "bfloat16"
+        out.append({"family": family, "held_out": f"{family} bfloat16",
+                    "train": group[~bf16 & (group["suite"] == "train")],
+                    "pool": group[bf16 & (group["suite"] == "train")],
+                    "test": group[bf16 & (group["suite"] == "test")]})
+    for family, group in df.groupby("kernel"):  # a poor base: the other families only
+        out.append({"family": family, "held_out": f"{family} (family held out)",
+                    "base_family": "all",
+                    "train": df[(df["kernel"] != family) & (df["suite"] == "train")],
+                    "pool": group[group["suite"] == "train"],
+                    "test": group[group["suite"] == "test"]})
+    return out, ("FALLBACK held-out dtype (bfloat16) and held-out family (no held-out "
+                 "implementation in the data)")
+
+
+def score_model(model, test: pd.DataFrame, feats: pd.DataFrame, margin: float) -> dict:
+    """Fixed top-k scores and the adaptive budget's score and configs, on the test rows."""
+    from costtune.model.registry import score
+
+    s = score(model, feats)
+    table = topk_table(test, rankings_from_scores(test, s), ks=KS)
+    out = topk_scores(table, ks=KS, worst=(8,))
+    adaptive = replay_table(test.assign(kernel=test["kernel"].astype(str)), s,
+                            budget=Adaptive(max_configs=CAP), margins=[margin]).iloc[0]
+    out.update(adaptive_score=float(adaptive["score"]),
+               adaptive_configs=float(adaptive["mean_configs"]), adaptive_margin=margin)
+    return out
+
+
+def top_rows(model, rows: pd.DataFrame, k: int) -> pd.DataFrame:
+    """The ``k`` rows of one workload that ``model`` ranks best (what a top-k call records)."""
+    from costtune.model.registry import score
+
+    s = score(model, static_features(rows))
+    order = np.lexsort((rows["config"].astype(str).to_numpy(), -s))
+    return rows.iloc[order[:k]]
+
+
+def parse_update(text: str) -> tuple[str, int | None, dict | None]:
+    """"auto" (what ``costtune.model.learned`` does) or "rounds:eta:depth" -> (label,
+    rounds, XGBoost parameters of the added trees)."""
+    if text == "auto":
+        return text, None, None
+    try:
+        rounds, eta, depth = text.split(":")
+        return text, int(rounds), {"eta": float(eta), "max_depth": int(depth)}
+    except ValueError:
+        raise SystemExit(f"--updates: {text!r} is not rounds:eta:depth, e.g. 20:0.05:4"
+                         ) from None
+
+
+def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[str],
+          trees: int, updates: Sequence[tuple[str, int, dict]]) -> list[dict]:
+    family, test = case["family"], case["test"].reset_index(drop=True)
+    if case["train"].empty or case["pool"].empty or test.empty:
+        return []
+    base = default_model(family=case.get("base_family", family),
+                         n_estimators=trees).fit(case["train"])
+    feats = static_features(test)
+    margin = margin_for(Adaptive(), family)
+    pool = case["pool"]
+    workloads = sorted(pool["workload"].unique())
+    records = []
+    for seed in range(seeds):
+        order = list(np.random.default_rng(seed).permutation(workloads))
+        runs = [("exhaustive", m, u) for u in updates for m in methods] + [
+            ("top8", "continue", u) for u in updates]
+        for harvest, method, (label, rounds, params) in runs:
+            taken: list[pd.DataFrame] = []
+            model = base
+            for i in range(max(shapes) + 1):
+                if i in shapes or (i == len(order) and max(shapes) > i):
+                    n_rows = int(sum(len(t) for t in taken))
+                    rec = score_model(model, test, feats, margin)
+                    records.append({"family": family, "held_out": case["held_out"],
+                                    "harvest": harvest, "method": method,
+                                    "update": label, "seed": seed,
+                                    "n_shapes": i, "n_harvest_rows": n_rows, **rec})
+                if i == len(order):
+                    break
+                rows = pool[pool["workload"] == order[i]]
+                taken.append(rows if harvest == "exhaustive" else top_rows(model, rows, 8))
+                if harvest == "top8" or i + 1 in shapes or i + 1 == len(order):
+                    model = fit_update(base, pd.concat(taken, ignore_index=True),
+                                       method=method, rounds=rounds, params=params)
+    return records
+
+
+def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
+           seconds: float) -> list[str]:
+    cols = ["top1", "top4", "top8", "worst8", "adaptive_score", "adaptive_configs"]
+    mean = (table.groupby(["family", "held_out", "harvest", "method", "update",
+                           "n_shapes"])[cols]
+            .mean().reset_index())
+    at2 = mean[(mean["n_shapes"] == 2) & (mean["method"] == "continue")]
+    goal = [f"- {r.family} / {r.held_out} ({r.harvest}, update {r.update}): top1 {r.top1:.3f} "
+            f"(goal {GOAL['top1']}: {'met' if r.top1 >= GOAL['top1'] else 'NOT met'}), "
+            f"top4 {r.top4:.3f} (goal {GOAL['top4']}: "
+            f"{'met' if r.top4 >= GOAL['top4'] else 'NOT met'})"
+            for r in at2.itertuples()]
+    fallback = protocol.startswith("FALLBACK")
+    trained_on = ("other dtype's (float16; `<family> bfloat16` rows) or the other families' "
+                  "(`<family> (family held out)` rows)" if fallback
+                  else "other implementations'")
+    lines = [f"# Learning curve: {protocol}", "",
+             harness.provenance(dataset=harness.DATASET, n_rows=n_rows), "",
+             f"- Protocol: **{protocol}**. Base model: shipped defaults trained on the "
+             f"{trained_on} train-suite rows; "
+             "N harvested train-suite workloads of the held-out one (seeded orders, "
+             f"{seeds} seeds, means shown) update it by continued training "
+             "(`costtune.model.learned.fit_update`); scored on the held-out one's test-suite "
+             "workloads. TenSet score, `costtune.evaluate.metrics`.",
+             f"- Adaptive: `costtune.Adaptive(max_configs={CAP})` with the family's calibrated "
+             "margin (`costtune/models/adaptive_h200.json`), replayed on the recorded times; "
+             "`adaptive_configs` is the mean configs it benchmarked per workload.",
+             "- harvest `exhaustive`: every config of a harvested workload; `top8`: the 8 "
+             "configs the model of the moment ranks best (what top_k=8 tuning records).",
+             f"- Runtime {seconds:.0f} s on this machine.", "",
+             "## Goal at N = 2 (continued training)", "", *goal, "",
+             "## Mean over seeds", "", harness.md_table(mean, floatfmt=".4f"), ""]
+    if fallback:
+        lines.insert(2, "**FALLBACK: the dataset has one implementation per family, so these "
+                     "are held-out-dtype and held-out-family figures, not held-out-implementation "
+                     "figures. Rerun "
+                     "once the implementation data is merged.**\n")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--shapes", type=int, nargs="+", default=[0, 1, 2, 4, 8])
+    ap.add_argument("--method", choices=["residual"], action="append", default=[],
+                    help="also replay the residual model (exhaustive harvest)")
+    ap.add_argument("--trees", type=int, default=300, help="base model trees")
+    ap.add_argument("--updates", nargs="+", default=[DEFAULT_UPDATE],
+                    help="trees added per update: auto (what costtune.model.learned "
+                         "does: light or full by the base's top-1 on the harvest) or "
+                         "rounds:eta:depth")
+    ap.add_argument("--dataset", type=Path, default=harness.DATASET)
+    ap.add_argument("--out", type=Path, default=None, help="results folder")
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
+    df = with_implementation(harness.load_dataset(args.dataset))
+    found, protocol = cases(df)
+    if protocol.startswith("FALLBACK"):
+        print("no held-out implementation: every family has one implementation in "
+              f"{harness.relative(args.dataset)}; running the {protocol}")
+    records = []
+    for case in found:
+        print(f"== {case['family']}: held out {case['held_out']}", flush=True)
+        records += curve(case, seeds=args.seeds, shapes=sorted(set(args.shapes)),
+                         methods=["continue", *args.method], trees=args.trees,
+                         updates=[parse_update(u) for u in args.updates])
+    if not records:
+        print("nothing to score: no case has train, harvest and test rows")
+        return 3
+    table = pd.DataFrame(records)
+    lines = report(table, protocol, n_rows=len(df), seeds=args.seeds,
+                   seconds=time.perf_counter() - start)
+    md = harness.write_report(QUESTION, lines, table, out=args.out)
+    print("\n".join(lines))
+    print(f"wrote {harness.relative(md)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

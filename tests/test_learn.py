@@ -1,0 +1,207 @@
+"""Learning the user's kernel: the adaptive budget inside one tuning call (stops when the model
+is confident, extends along the measured best's neighbours on disagreement, never past its
+cap), the per-kernel model across calls and processes, concurrent updates, and
+``costtune train`` on harvested stores. Contracts, not timings."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from learning_helpers import StepBench, run, tuner
+from typer.testing import CliRunner
+
+import costtune
+from costtune.cli import app
+from costtune.model.files import kernel_dir
+from costtune.model.learned import current_model, read_rows, update
+from costtune.model.xgb import CostModel
+from costtune.tune.adaptive import Adaptive, neighbour_finder, parse_budget, search
+
+REPO = Path(__file__).resolve().parents[1]
+DATASET = REPO / "datasets" / "h200"
+
+
+def test_search_stops_early_on_a_confident_model():
+    measured = []
+    r = search([10.0, 1.0, 0.9, 0.8], lambda i: measured.append(i) or 1.0 + i,
+               budget=Adaptive(max_configs=4, min_configs=1), margin=1.0,
+               neighbours=lambda i: [])
+    assert (r.measured, r.stop, measured) == ([0], "confident", [0])
+    r = search([10.0, 1.0, 0.9, 0.8], lambda i: 1.0 + i, budget=Adaptive(max_configs=4),
+               margin=1.0, neighbours=lambda i: [])
+    assert (r.measured, r.stop) == ([0, 1], "confident")  # min_configs=2 by default
+
+
+def test_search_extends_along_neighbours_when_the_order_disagrees():
+    # The model ranks 0, 1, 2, ...; position 1 measures faster than 0, so its neighbours
+    # (5 and 6, ranked last) come next, best-predicted first.
+    times = [2.0, 1.0, 3.0, 3.0, 3.0, 0.5, 0.8]
+    r = search([7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0], lambda i: times[i],
+               budget=Adaptive(max_configs=5), margin=100.0,
+               neighbours=lambda i: [6, 5] if i == 1 else [])
+    assert r.measured[:4] == [0, 1, 5, 6] and r.extended == 2 and r.best == 5
+
+
+def test_search_respects_the_cap_and_replaces_failures():
+    times = [math.inf, 3.0, 2.0, 1.0, 0.5]
+    r = search([5.0, 4.0, 3.0, 2.0, 1.0], lambda i: times[i], budget=Adaptive(max_configs=2),
+               margin=None, neighbours=lambda i: [])
+    assert (r.failed, r.measured, r.stop) == ([0], [1, 2], "cap")
+
+
+def test_neighbours_are_one_parameter_one_step_among_listed_configs():
+    values = [{"B": b, "num_warps": w} for b in (32, 64, 128) for w in (4, 8)]
+    values.remove({"B": 128, "num_warps": 8})
+    near = neighbour_finder(values)
+    got = sorted(tuple(values[j].values()) for j in near(values.index({"B": 64,
+                                                                        "num_warps": 8})))
+    assert got == [(32, 8), (64, 4)]
+
+
+def test_budget_options_are_checked():
+    assert parse_budget("adaptive") == Adaptive()
+    assert parse_budget({"max_configs": 4}).max_configs == 4
+    for bad, text in (("fast", "budget must be"), ({"cap": 3}, "unknown adaptive budget"),
+                      ({"max_configs": 0}, "max_configs must be")):
+        with pytest.raises(ValueError, match=text):
+            parse_budget(bad)
+    with pytest.raises(ValueError, match="top_k and budget= exclude each other"):
+        tuner(StepBench(), top_k=4, budget="adaptive")
+    with pytest.raises(ValueError, match="learn=True needs the model as a name or path"):
+        tuner(StepBench(), learn=True, model=CostModel())
+
+
+def test_autotune_adaptive_stops_extends_and_caps():
+    confident = StepBench()
+    t = run(tuner(confident, budget=Adaptive(max_configs=6, min_configs=1, margin=0.0)))
+    assert confident.calls == 1 and t.adaptive.stop == "confident"
+    assert len(t.configs_timings) == 1
+    capped = StepBench()
+    t = run(tuner(capped, budget=Adaptive(max_configs=5, margin=100.0)))
+    assert capped.calls == 5 and t.adaptive.stop == "cap" and t.adaptive.extended == 0
+    faster = StepBench(step=-0.1, start=2.0)  # each config measures faster than the last
+    t = run(tuner(faster, budget=Adaptive(max_configs=5, margin=100.0)))
+    assert faster.calls == 5 and t.adaptive.extended >= 1
+    # the winner is what was measured fastest, and the decision lists what ran
+    assert t.early_config_prune.last.k == 5
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("COSTTUNE_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_a_new_process_ranks_with_the_kernels_learned_model(home):
+    first = run(tuner(StepBench(), learn=True))
+    assert first.early_config_prune.last.model == "h200"
+    (path,) = first.learner.updated
+    folder = first.learner.folder()
+    assert current_model(folder)[0] == path and len(read_rows(folder)) == 8
+    env = {**os.environ, "COSTTUNE_HOME": str(home), "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    out = subprocess.run([sys.executable, str(REPO / "tests" / "learning_helpers.py"),
+                          "64", "64", "64"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    assert lines["MODEL"] == str(path)  # ranked by what the first process learned
+    record = current_model(folder)[1]
+    assert lines["UPDATED"] == str(folder / f"{record['model']}.json")
+    assert record["rows"] == 16 and record["workloads"] == 2
+    assert CostModel.load(lines["UPDATED"]).n_train_rows_ > CostModel.load(path).n_train_rows_
+
+
+def test_concurrent_updates_keep_every_row(tmp_path):
+    df = costtune.load_dataset(DATASET, kernel="softmax")
+    workloads = sorted(df["workload"].unique())[:3]
+    paths = []
+    for i, w in enumerate(workloads):
+        paths.append(tmp_path / f"rows{i}.parquet")
+        df[df["workload"] == w].to_parquet(paths[-1])
+    folder = tmp_path / "kernel"
+    ctx = multiprocessing.get_context("spawn")
+    start, done = ctx.Event(), ctx.Queue()
+    from learning_helpers import update_worker
+
+    procs = [ctx.Process(target=update_worker, args=(str(folder), str(p), start, done))
+             for p in paths]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    written = {done.get(timeout=5) for _ in procs}
+    assert len(written) == 3
+    path, record = current_model(folder)
+    assert str(path) in written and record["rows"] == int(df["workload"].isin(workloads).sum())
+    rows = read_rows(folder)
+    assert sorted(rows["workload"].unique()) == workloads
+    assert not rows.duplicated(["workload", "config"]).any()
+    model = CostModel.load(path)  # the current pair is whole
+    assert len(model.predict(df[df["workload"] == workloads[0]])) > 0
+    assert not list(folder.glob("*.tmp")) and len(list(folder.glob("model-*.json"))) <= 2
+
+
+def test_update_checks_its_rows(tmp_path):
+    df = costtune.load_dataset(DATASET, kernel="softmax").head(5)
+    with pytest.raises(ValueError, match="rows must be gemm rows"):
+        update(tmp_path, df, family="gemm")
+    with pytest.raises(ValueError, match="no rows"):
+        update(tmp_path, df.iloc[:0], family="softmax")
+
+
+def test_train_on_a_harvested_store(home, tmp_path):
+    store = tmp_path / "harvest"
+    with costtune.harvest(store) as h:
+        run(tuner(StepBench(), top_k=3))
+    assert h.rows == 3
+    res = CliRunner().invoke(app, ["train", "--dataset", str(store)])
+    assert res.exit_code == 0, res.output
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith("trained the per-kernel model of learned_matmul (gemm, source ")
+    assert "on 1 workloads (3 rows) -> " in line
+    path = Path(line.rsplit(" -> ", 1)[1])
+    rows = costtune.load_dataset(store)
+    folder = kernel_dir("learned_matmul", rows["kernel_hash"].iloc[0], rows["gpu"].iloc[0])
+    assert path.parent == folder and current_model(folder)[0] == path
+    assert json.loads((folder / "current.json").read_text())["family"] == "gemm"
+
+
+def test_train_on_a_store_of_no_family(tmp_path):
+    store = tmp_path / "other"
+    costtune.Store(store).append([{"kernel": "layer_norm", "workload": "ln_N64_float16",
+                                   "dtype": "float16", "N": 64, "BLOCK": b, "num_warps": 4,
+                                   "num_stages": 2, "family": None, "kernel_hash": "ab" * 32,
+                                   "config": f"BLOCK={b},num_warps=4,num_stages=2",
+                                   "status": "ok", "time_ms": 0.01 * b} for b in (16, 32)],
+                                 meta={"gpu": "NVIDIA H200"})
+    res = CliRunner().invoke(app, ["train", "--dataset", str(store)])
+    assert res.exit_code != 0
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "read as no kernel family" in lines[0], res.output
+    assert "layer_norm" in lines[0]
+
+
+def test_train_on_a_harvest_without_source_hashes_trains_a_family_model(home, tmp_path):
+    store, old = tmp_path / "harvest", tmp_path / "old"
+    with costtune.harvest(store):
+        run(tuner(StepBench(), top_k=3))
+    rows = costtune.load_dataset(store).drop(columns=["kernel_hash"])  # harvested before it
+    costtune.Store(old).append(rows.to_dict("records"), meta={"gpu": "cpu"})
+    out = tmp_path / "family_model"
+    res = CliRunner().invoke(app, ["train", "--dataset", str(old), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert res.output.strip().splitlines()[-1] == (
+        f"trained a gemm family model on 1 workloads (3 rows, suite=harvested) -> {out}.json")
+    model = CostModel.load(out)
+    assert model.families_ == ["gemm"] and set(model.shape_ranges_["gemm"]) == {"M", "N", "K"}
+    assert not (home / "kernels").exists()
