@@ -19,6 +19,7 @@ _EXPORTS = {
     "CosttuneWarning": "costtune.types",
     "ConfigSpace": "costtune.space.config_space",
     "get_family": "costtune.kernels.base",
+    "get_implementation": "costtune.kernels.base",
     "load_dataset": "costtune.store.dataset",
     "Store": "costtune.store.dataset",
     "ReplayRunner": "costtune.measure.replay",

@@ -98,6 +98,7 @@ def _fill_implied(df: pd.DataFrame, cols: dict[str, np.ndarray]) -> None:
     impl = df["implementation"].astype(str).to_numpy()
     kernel = df["kernel"].astype(str).to_numpy()
     n = len(df)
+    owned: set[str] = set()
     for name in np.unique(impl[impl != kernel]):
         try:
             module = get_implementation(name)
@@ -118,9 +119,11 @@ def _fill_implied(df: pd.DataFrame, cols: dict[str, np.ndarray]) -> None:
                 got = memo[(prob, key)] = module.implied_params(problem,
                                                                 parse_config_key(key))
             for param, value in got.items():
-                col = cols.setdefault(param, np.full(n, np.nan))
-                if np.isnan(col[i]):
-                    col[i] = float(value)
+                if param not in owned:  # the frame's columns may be read-only views
+                    owned.add(param)
+                    cols[param] = np.array(cols.get(param, np.full(n, np.nan)), dtype=float)
+                if np.isnan(cols[param][i]):
+                    cols[param][i] = float(value)
 
 
 def _problem_keys(family: str) -> tuple[str, ...]:
