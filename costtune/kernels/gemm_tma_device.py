@@ -1,6 +1,30 @@
 """GEMM, tutorial-09 "descriptor persistent" style: TMA descriptors built on the device.
 
-PLACEHOLDER DOCSTRING
+The family's problems, inputs and reference (costtune.kernels.gemm), computed like gemm_tma
+(min(#SMs, tiles) persistent programs, grouped tile order with GROUP_SIZE_M = 8, A/B/C moved by
+TMA, optional half-width epilogue stores, no split-K), but the kernel takes raw pointers and
+builds its descriptors itself with ``tl.make_tensor_descriptor``. Triton writes them into a
+global scratch buffer it asks ``triton.set_allocator``'s allocator for at every launch:
+``launch`` sets a torch-backed one (``ensure_allocator``) only when none is set. Compiling
+needs no allocator, so ``KernelCall.warmup`` and costtune.build.aot (meta tensors) work as for
+any kernel. FLATTEN (0/1) is tuned on its own.
+
+Warp specialization on sm_90 (triton 3.6, AOT compiles, ``ttg.warp_specialize`` in TTGIR):
+unlike host descriptors, 128- and 256-row tiles specialize: at num_warps=4 one producer warp
+group issues the TMA loads and two 4-warp consumer groups split the tile (12 warps, 232
+registers requested each), for 64x64, 64x128, 128x64, 128x128, 128x256, 256x64 and 256x128
+tiles with BLOCK_K 64 or 128. It does not happen with 8 warps or a flattened loop (the plain
+loop compiles; the space drops these duplicates), and it fails to compile with the half-width
+epilogue on tiles of >= 128 rows (WSDataPartition.cpp:1205 UNREACHABLE in
+NVGPUWarpSpecialization) and for 64 x 256 tiles (MMAHelpers.h:143 assertion "Instruction shape
+is too large for the layout" in ConvertTritonGPUToLLVM).
+
+TMA needs 16-byte aligned global strides: the suites are gemm_tma's (K and N multiples of 8;
+see there for the dropped shapes). ``launch`` refuses other inputs with a ValueError.
+
+>>> from costtune.kernels import gemm_tma_device as gd
+>>> len(gd.TRAIN_SHAPES), len(gd.TEST_SHAPES)
+(42, 20)
 """
 
 from __future__ import annotations
@@ -189,12 +213,12 @@ def tma_shared_bytes(c: dict[str, Any], itemsize: int = 2) -> int:
     subtiled), as AOT compiles for sm_90 with triton 3.6 show (they add < 700 B of mbarriers):
     a warp-specialized 64-row tile splits N between its two consumer warp groups, each staging
     its own C, and 8 warps on a 64-row tile store a subtiled C through an extra BLOCK_M x
-    BLOCK_N buffer."""
+    BLOCK_N buffer when the loop is flattened."""
     loads = c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"]
     epilogue = c["BLOCK_M"] * c["BLOCK_N"] // (2 if c["EPILOGUE_SUBTILE"] else 1)
     if c["WARP_SPECIALIZE"] and c["BLOCK_M"] == 64:
         epilogue *= 2
-    elif (not c["WARP_SPECIALIZE"] and c["EPILOGUE_SUBTILE"] and c["BLOCK_M"] == 64
+    elif (c["FLATTEN"] and c["EPILOGUE_SUBTILE"] and c["BLOCK_M"] == 64
           and c["num_warps"] == 8):
         epilogue += c["BLOCK_M"] * c["BLOCK_N"]
     return (loads + epilogue) * itemsize
