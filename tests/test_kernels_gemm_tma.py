@@ -73,7 +73,7 @@ def test_kernel_calls_set_descriptors_from_the_config():
 
 
 def test_implied_params():
-    assert gemm_tma.implied_params(SMALL, cfg()) == {"SPLIT_K": 1}
+    assert gemm_tma.implied_params(SMALL, cfg()) == {"SPLIT_K": 1, "GROUP_SIZE_M": 8}
 
 
 @pytest.mark.parametrize("inputs,match", [

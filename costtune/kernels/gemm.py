@@ -211,8 +211,9 @@ def grid(problem: dict[str, int], config: Config | dict[str, Any]) -> tuple[int,
 
 
 def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> dict[str, int]:
-    """The family's canonical parameters are this kernel's own: none is implied."""
-    return {}
+    """The family's canonical parameters are this kernel's own; the grouped tile order's width
+    (GROUP_M, the tutorials' GROUP_SIZE_M) is fixed at 8."""
+    return {"GROUP_SIZE_M": GROUP_M}
 
 
 def kernel_calls(inputs: dict[str, torch.Tensor],

@@ -129,8 +129,8 @@ def grid(problem: dict[str, int], config: Config | dict[str, Any]) -> tuple[int]
 
 
 def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> dict[str, int]:
-    """No split-K: the family's SPLIT_K is 1."""
-    return {"SPLIT_K": 1}
+    """No split-K (the family's SPLIT_K is 1) and the fixed GROUP_SIZE_M of 8."""
+    return {"SPLIT_K": 1, "GROUP_SIZE_M": GROUP_SIZE_M}
 
 
 def kernel_calls(inputs: dict[str, torch.Tensor],
