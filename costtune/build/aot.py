@@ -21,16 +21,17 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from costtune.build import asm
+from costtune.build import asm, ir
 from costtune.build.errors import classify_error, error_text
 from costtune.hardware import H200, known_archs, target
 from costtune.types import Status
 
-__all__ = ["CompileJob", "classify_error", "compile_job", "kernel_source_hash", "spec_text",
-           "specialize"]
+__all__ = ["CompileJob", "classify_error", "compile_ir", "compile_job", "ir_texts",
+           "kernel_source_hash", "spec_text", "specialize"]
 
 # Bumped when the parsed feature set changes, so cached JSON from an older parser is not reused.
-PARSER_VERSION = 1
+# 2: records carry the TTIR/TTGIR op counts (costtune.build.ir.IR_FEATURES).
+PARSER_VERSION = 2
 
 # Opt-in shared memory per block (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), which
 # is what Triton checks when it loads a kernel. Unknown archs are never flagged.
@@ -152,9 +153,54 @@ def compile_job(job: CompileJob, *, sass: bool = True, quiet: bool = True) -> di
         out["shared_bytes"] = int(kernel.metadata.shared)
         out.update(asm.cubin_resources(kernel.asm["cubin"]))
         out.update(asm.ptx_counts(kernel.asm["ptx"]))
+        out.update(ir.ir_counts(kernel.asm["ttir"], kernel.asm["ttgir"]))
         if sass:
             out.update(asm.sass_counts(asm.cubin_sass(kernel.asm["cubin"])))
         _check_load_limits(out, num_warps=options.num_warps, arch=job.arch)
+    except Exception as exc:  # every failure is a row
+        out["status"] = classify_error(exc).value
+        out["error"] = error_text(exc)
+    out["compile_s"] = time.perf_counter() - start
+    return out
+
+
+def ir_texts(job: CompileJob) -> dict[str, str]:
+    """``{"ttir": text, "ttgir": text}`` of ``job``: only those two stages of its compile run
+    (no LLVM, PTX or ptxas). They are the backend's own stages (``backend.add_stages``), run the
+    way ``triton.compile`` runs them, so the text equals ``kernel.asm["ttir"]``/``["ttgir"]``
+    of a full compile. Raises what the compile raises."""
+    from triton._C.libtriton import ir as tir
+    from triton.compiler import ASTSource
+
+    fn = jit_function(job.resolve_fn())
+    target, backend, _ = _binder(fn, job.arch)
+    options = backend.parse_options(dict(job.options))
+    src = ASTSource(fn, job.signature, job.constexprs, job.attrs)
+    stages: dict[str, Any] = {}
+    backend.add_stages(stages, options, src.language)
+    context = tir.context()
+    tir.load_dialects(context)
+    backend.load_dialects(context)
+    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
+                         backend.get_module_map(), context)
+    metadata: dict[str, Any] = {"target": target, **options.__dict__}
+    texts = {}
+    for stage in ("ttir", "ttgir"):  # each stage rewrites the module in place
+        module = stages[stage](module, metadata)
+        texts[stage] = str(module)
+    return texts
+
+
+def compile_ir(job: CompileJob) -> dict[str, Any]:
+    """``status``, ``error``, ``compile_s`` and the ``ir.IR_FEATURES`` counts of ``job`` from
+    ``ir_texts``. Never raises for a bad config: what fails before TTGIR is a failure record;
+    what only later stages find (ptxas limits, shared memory over the block limit) is not seen.
+    """
+    start = time.perf_counter()
+    out: dict[str, Any] = {"status": Status.OK.value, "error": ""}
+    try:
+        texts = ir_texts(job)
+        out.update(ir.ir_counts(texts["ttir"], texts["ttgir"]))
     except Exception as exc:  # every failure is a row
         out["status"] = classify_error(exc).value
         out["error"] = error_text(exc)

@@ -4,6 +4,8 @@
   intensity, trip counts); cheap enough for the autotune pruning hook.
 - ``compiled``: from an ahead-of-time compile for the target arch on the CPU (registers, spills,
   shared memory, PTX/SASS instruction counts); a second stage on a shortlist, or offline.
+- ``ir``: TTIR/TTGIR op counts from a compile that stops before PTX (dots, loads by kind, TMA,
+  async copies, shared buffers, loop structure, warp specialization); cheaper than compiled.
 - ``table``: one feature table per family, written beside the dataset.
 
 >>> import costtune.features as F
@@ -18,6 +20,11 @@ _EXPORTS = {
     "COMPILED_FEATURES": "costtune.features.compiled",
     "compiled_features": "costtune.features.compiled",
     "launch_jobs": "costtune.features.compiled",
+    "IR_FEATURES": "costtune.features.ir",
+    "ir_features": "costtune.features.ir",
+    "compute_ir_features": "costtune.features.ir",
+    "ir_table_path": "costtune.features.ir",
+    "load_ir_tables": "costtune.features.ir",
     "STATIC_FEATURES": "costtune.features.static",
     "static_features": "costtune.features.static",
     "static_features_for": "costtune.features.static",

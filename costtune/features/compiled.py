@@ -18,8 +18,9 @@ import logging
 import os
 import pickle
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -241,20 +242,22 @@ def compile_jobs(jobs: Sequence[CompileJob], *, workers: int | None = None,
 
 
 def _compile_all(jobs: list[CompileJob], *, workers: int | None, sass: bool,
-                 pool: ProcessPoolExecutor | None,
-                 threads: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(job.key, record)`` for every job, in order of completion."""
+                 pool: ProcessPoolExecutor | None, threads: bool = False,
+                 fn: Callable[..., dict[str, Any]] | None = None
+                 ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(job.key, record)`` for every job, in order of completion. ``fn(job)``: what makes a
+    record (default ``compile_job`` with ``sass``; ``aot.compile_ir`` for IR features)."""
     workers = min(workers or os.cpu_count() or 1, len(jobs))
+    fn = fn or partial(compile_job, sass=sass)
     if pool is None and workers <= 1:
         for j in jobs:
-            yield j.key, compile_job(j, sass=sass)
+            yield j.key, fn(j)
         return
     if pool is None and threads:
         # Triton's passes and ptxas run without the GIL. stdout stays as it is: redirecting it
         # is process-wide, so threads cannot each swallow their own compile's output.
         with thread_pool(workers, name="costtune-aot") as tpool:
-            futures = {tpool.submit(compile_job, j, sass=sass, quiet=False): j.key
-                       for j in jobs}
+            futures = {tpool.submit(_loud, fn, j): j.key for j in jobs}
             for fut in as_completed(futures):
                 yield futures[fut], fut.result()  # compile_job returns failures as records
         return
@@ -263,9 +266,9 @@ def _compile_all(jobs: list[CompileJob], *, workers: int | None, sass: bool,
     local = {j.key for j in jobs if pool is None and not _picklable(j)}
     for j in jobs:
         if j.key in local:
-            yield j.key, compile_job(j, sass=sass)
+            yield j.key, fn(j)
     pool = pool or get_pool(workers)
-    futures = {pool.submit(compile_job, j, sass=sass): j.key for j in jobs if j.key not in local}
+    futures = {pool.submit(fn, j): j.key for j in jobs if j.key not in local}
     for fut in as_completed(futures):
         try:
             rec = fut.result()
@@ -273,6 +276,12 @@ def _compile_all(jobs: list[CompileJob], *, workers: int | None, sass: bool,
             rec = {"status": Status.COMPILE_ERROR.value, "transient": True,
                    "error": f"{type(exc).__name__}: {exc}"[:600], "compile_s": np.nan}
         yield futures[fut], rec
+
+
+def _loud(fn: Callable[..., dict[str, Any]], job: CompileJob) -> dict[str, Any]:
+    """``fn(job)`` leaving stdout alone where ``fn`` would swallow it (``compile_job``)."""
+    target = fn.func if isinstance(fn, partial) else fn
+    return fn(job, quiet=False) if target is compile_job else fn(job)
 
 
 def _picklable(job: CompileJob) -> bool:

@@ -13,10 +13,12 @@ import pandas as pd
 
 from costtune.types import Config, Workload
 
-FEATURE_SETS = ("static", "static+compiled")
+FEATURE_SETS = ("static", "static+compiled", "static+ir", "static+ir+compiled")
 KEY_COLUMNS = ("workload", "config")
 # 1.0 when the AOT compile for sm_90 succeeded: OutOfResources and friends are known on CPU.
 COMPILE_OK = "compile_ok"
+# 1.0 when the TTIR and TTGIR stages ran (a config Triton rejects before PTX is 0.0).
+IR_OK = "ir_ok"
 
 
 def feature_names(features: str) -> list[str]:
@@ -29,7 +31,11 @@ def feature_names(features: str) -> list[str]:
     from costtune.features.static import STATIC_FEATURES
 
     names = list(STATIC_FEATURES)
-    if features == "static+compiled":
+    if "+ir" in features:
+        from costtune.build.ir import IR_FEATURES
+
+        names += [c for c in (IR_FEATURES + [IR_OK]) if c not in names]
+    if features.endswith("+compiled"):
         from costtune.features.compiled import COMPILED_FEATURES
 
         names += [c for c in (COMPILED_FEATURES + [COMPILE_OK]) if c not in names]
@@ -37,12 +43,14 @@ def feature_names(features: str) -> list[str]:
 
 
 def attach_features(data: pd.DataFrame, *, features: str = "static",
-                    compiled: pd.DataFrame | None = None, workers: int | None = None,
+                    compiled: pd.DataFrame | None = None, ir: pd.DataFrame | None = None,
+                    workers: int | None = None,
                     cache_dir: str | os.PathLike | None = None) -> pd.DataFrame:
     """``data`` plus the feature set's columns (those it lacks), same rows and order.
 
     ``compiled``: a precomputed ``compiled_features`` table keyed by (workload, config); without
-    it compiled features are computed (AOT compile on CPU, cached under ``cache_dir``). Static
+    it compiled features are computed (AOT compile on CPU, cached under ``cache_dir``). ``ir``:
+    the same for the ``+ir`` sets (an ``ir_features`` table; computed when absent). Static
     features that share a name with a dataset column (``num_warps``, ``causal``) hold the same
     value and are not duplicated.
 
@@ -60,8 +68,17 @@ def attach_features(data: pd.DataFrame, *, features: str = "static",
     if todo:
         feats = static_features(data)
         out = pd.concat([data, feats[todo].set_index(data.index)], axis=1)
-    if features == "static+compiled":
-        names = [c for c in feature_names(features) if c not in STATIC_FEATURES]
+    if "+ir" in features:
+        names = [c for c in feature_names("static+ir") if c not in STATIC_FEATURES]
+        todo = [c for c in names if c not in out.columns]
+        if todo:
+            if ir is None:
+                from costtune.features.ir import ir_features
+
+                ir = ir_features(data, workers=workers, cache_dir=cache_dir)
+            out = _merge_table(out, ir, todo, status="ir_status", ok=IR_OK, what="IR")
+    if features.endswith("+compiled"):
+        names = [c for c in feature_names("static+compiled") if c not in STATIC_FEATURES]
         todo = [c for c in names if c not in out.columns]
         if todo:
             if compiled is None:
@@ -73,17 +90,25 @@ def attach_features(data: pd.DataFrame, *, features: str = "static",
 
 
 def _merge_compiled(data: pd.DataFrame, table: pd.DataFrame, todo: list[str]) -> pd.DataFrame:
+    return _merge_table(data, table, todo, status="compile_status", ok=COMPILE_OK,
+                        what="compiled")
+
+
+def _merge_table(data: pd.DataFrame, table: pd.DataFrame, todo: list[str], *, status: str,
+                 ok: str, what: str) -> pd.DataFrame:
+    """``data`` plus ``todo`` columns looked up in ``table`` by (workload, config); ``ok`` is
+    derived from the ``status`` column when the table lacks it."""
     missing = [c for c in KEY_COLUMNS if c not in table.columns]
     if missing:
-        raise ValueError(f"compiled feature table lacks key column(s) {missing}")
+        raise ValueError(f"{what} feature table lacks key column(s) {missing}")
     table = table.drop_duplicates(list(KEY_COLUMNS))
-    if COMPILE_OK in todo and COMPILE_OK not in table.columns:
-        if "compile_status" not in table.columns:
-            raise ValueError("compiled feature table lacks 'compile_status'")
-        table = table.assign(**{COMPILE_OK: (table["compile_status"] == "ok").astype(float)})
+    if ok in todo and ok not in table.columns:
+        if status not in table.columns:
+            raise ValueError(f"{what} feature table lacks {status!r}")
+        table = table.assign(**{ok: (table[status] == "ok").astype(float)})
     absent = [c for c in todo if c not in table.columns]
     if absent:
-        raise ValueError(f"compiled feature table lacks column(s) {absent[:5]}")
+        raise ValueError(f"{what} feature table lacks column(s) {absent[:5]}")
     keys = pd.MultiIndex.from_frame(data[list(KEY_COLUMNS)].astype(str))
     lookup = table.set_index([table[c].astype(str) for c in KEY_COLUMNS])[todo]
     lookup.index.names = list(KEY_COLUMNS)
