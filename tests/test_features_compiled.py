@@ -262,9 +262,15 @@ def test_matches_gpu_fixture():
 def _cpu_side(entries: list) -> tuple[pd.DataFrame, list[str], list[str]]:
     """In a JIT process: compiled features (disk cache, 2 workers) and each entry's kernel
     source hash and specialization."""
+    from costtune.build.pool import shutdown_pool
     from costtune.features import kernel_source_hash, launch_jobs
 
-    table = compiled_features(_rows(entries), workers=2)
+    try:
+        table = compiled_features(_rows(entries), workers=2)
+    finally:
+        # This runs in a pool worker: its own pool must go before it exits, or the exit
+        # waits on that pool's processes (seen with a cold compile cache).
+        shutdown_pool(wait=True)
     hashes, specs = [], []
     for kernel, problem, dtype, key in entries:
         jobs, main = launch_jobs(kernel, problem, dtype, key)
