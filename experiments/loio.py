@@ -10,11 +10,19 @@ memory, PTX/SASS instruction mix), static+ir+compiled -- and the baseline, today
 single-implementation model: static features trained on the families' original kernels only
 (for a held-out original kernel that baseline has seen it: marked in-distribution).
 
-Which feature set ships is chosen on training data only: the same protocol scored on the
-held-out implementation's TRAIN-suite shapes (``--select``), criterion the mean of top1, top4,
-top8 and worst8 over the held-out implementations. Writes experiments/results/loio.{md,csv}.
+Each feature set is tried as one booster for all families (``/all``) and as one booster per
+family (``/family``). What ships is chosen on training data only: the same protocol scored on
+the held-out implementations' TRAIN-suite shapes, criterion the mean of top1, top4, top8 and
+worst8, per family; the hook's two stages are what it can compute: stage 1 ranks on static
+features before anything compiles (``static/all`` or ``static/family``), stage 2 re-ranks a
+shortlist with compiled features (``static+compiled/...``); IR rows are research rows (the hook
+has no IR path). With ``--ship`` the stage-2 winners are refitted on the train suite of every
+implementation and saved under costtune/models (``experiments.model_selection.ship``); stage 1
+stays experiments.model_selection's, trained on the original kernels: static features cannot
+tell implementations apart, and mixing them cost the original softmax's in-distribution top1.
+Writes experiments/results/loio.{md,csv} and loio_selection.csv.
 
-    python -m experiments.loio [--dataset datasets/h200] [--sets static,static+ir,...]
+    python -m experiments.loio [--dataset datasets/h200] [--sets static,static+ir,...] [--ship]
 """
 
 from __future__ import annotations
@@ -51,8 +59,15 @@ def with_tables(data: pd.DataFrame, dataset: Path) -> pd.DataFrame:
     return data
 
 
+# model_selection's candidate names for the shippable rows: (stage, candidate).
+SHIPPABLE = {"static/all": (1, "all-300"), "static/family": (1, "family-300"),
+             "static+compiled/all": (2, "all-300-compiled"),
+             "static+compiled/family": (2, "family-300-compiled")}
+
+
 def run(data: pd.DataFrame, sets: list[str], *, suite: str, threads: int) -> pd.DataFrame:
-    models = {s: CostModel(**BASE, features=s, n_jobs=threads) for s in sets}
+    models = {f"{s}/{scope}": CostModel(**{**BASE, "family": fam}, features=s, n_jobs=threads)
+              for s in sets for scope, fam in (("all", "all"), ("family", None))}
     result = evaluate(data, protocol="loio", models=models, ks=KS, baselines=False,
                       score_suite=suite)
     rows = [{"implementation": impl, "name": name, **metrics}
@@ -84,9 +99,29 @@ def family_of(impl: str) -> str:
     return fam(impl)
 
 
-def goal_lines(table: pd.DataFrame, chosen: str) -> list[str]:
+def choose(select: pd.DataFrame) -> pd.DataFrame:
+    """Per hook stage and family, the shippable row with the best train-suite criterion (ties
+    within 0.002 go to one booster for all families), in model_selection's choice format."""
+    rows = []
+    ship = select[select["name"].isin(SHIPPABLE)].copy()
+    ship["family"] = ship["implementation"].map(family_of)
+    ship["stage"] = ship["name"].map(lambda n: SHIPPABLE[n][0])
+    crit = ship.groupby(["stage", "family", "name"])["criterion"].mean().reset_index()
+    for (stage, family), g in crit.groupby(["stage", "family"]):
+        best = g["criterion"].max()
+        shared = next(n for n in g["name"] if n.endswith("/all"))
+        pick = shared if g.loc[g["name"] == shared, "criterion"].iloc[0] >= best - 0.002 \
+            else g.loc[g["criterion"].idxmax(), "name"]
+        rows.append({"stage": stage, "kernel": family, "cross_family": SHIPPABLE[shared][1],
+                     "chosen": SHIPPABLE[pick][1], "row": pick,
+                     "score": float(g.loc[g["name"] == pick, "criterion"].iloc[0])})
+    return pd.DataFrame(rows)
+
+
+def goal_lines(table: pd.DataFrame, chosen: dict[str, str]) -> list[str]:
     out = []
-    mine = table[table["name"] == chosen]
+    mine = table[table.apply(lambda r: r["name"] == chosen.get(family_of(r["implementation"])),
+                             axis=1)]
     for family, g in mine.groupby(mine["implementation"].map(family_of)):
         parts = []
         for metric, bar in GOALS:
@@ -94,8 +129,8 @@ def goal_lines(table: pd.DataFrame, chosen: str) -> list[str]:
             ok = worst[metric] >= bar
             parts.append(f"{metric} min {worst[metric]:.3f} ({worst['implementation']}) "
                          f"{'≥' if ok else '<'} {bar} ({'met' if ok else '**not met**'})")
-        out.append(f"- **{family}** ({', '.join(sorted(g['implementation']))}): "
-                   + "; ".join(parts))
+        impls = ", ".join(sorted(g["implementation"]))
+        out.append(f"- **{family}**, `{chosen[family]}` ({impls}): " + "; ".join(parts))
     return out
 
 
@@ -104,13 +139,16 @@ def main() -> None:
     ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ship", action="store_true", help="refit the winners, save them")
     args = ap.parse_args()
     sets = [s for s in args.sets.split(",") if s]
     data = with_tables(harness.load_dataset(args.dataset), args.dataset)
     select = run(data, sets, suite="train", threads=args.threads)
     select["criterion"] = select[CRITERION].mean(axis=1)
     by_set = select.groupby("name")["criterion"].mean().sort_values(ascending=False)
-    chosen = str(by_set.index[0])
+    choice = choose(select)
+    final = choice[choice["stage"] == choice["stage"].max()]
+    chosen = dict(zip(final["kernel"], final["row"], strict=True))
     test = pd.concat([run(data, sets, suite="test", threads=args.threads),
                       baseline(data, threads=args.threads)], ignore_index=True)
     test["family"] = test["implementation"].map(family_of)
@@ -128,10 +166,22 @@ def main() -> None:
           "## Selection on training data only (held-out implementation's train-suite shapes)",
           "", harness.md_table(by_set.rename("mean of top1/top4/top8/worst8").reset_index(),
                                floatfmt=".4f"), "",
-          f"Chosen: **{chosen}**.", "",
+          "Chosen per hook stage and family (criterion per family; ties within 0.002 go to "
+          "one booster for all families):", "",
+          harness.md_table(choice.drop(columns=["cross_family"]), floatfmt=".4f"), "",
           "## Held-out test suites", "", harness.md_table(table, floatfmt=".3f"), "",
-          f"## Goals (issue 18) for the chosen feature set ({chosen}): every held-out "
+          "## Goals (issue 18) for what ships last (stage 2, per family): every held-out "
           "implementation of each family", "", *goal_lines(test, chosen), ""]
+    if args.ship:
+        from costtune.features import load_feature_tables
+        from experiments.model_selection import ship
+
+        train = data[data["suite"] == "train"].reset_index(drop=True)
+        compiled, _ = load_feature_tables(args.dataset, sorted(train["kernel"].unique()))
+        md += ["## Shipped: stage 2, refitted on the train suite of every implementation",
+               "", "(Stage 1 ships from experiments/model_selection.py, trained on the "
+               "original kernels: model_selection.md.)", "",
+               *ship(choice[choice["stage"] == 2], train, compiled, args.threads), ""]
     harness.write_report("loio", md, table, csv_kw={"float_format": "%.5g"})
     select.to_csv(harness.RESULTS / "loio_selection.csv", index=False, float_format="%.5g")
     print("\n".join(md))
