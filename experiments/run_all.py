@@ -46,6 +46,8 @@ CPU = [
      "sample_efficiency"),
     ("transfer", ["transfer"], "(4) unseen shapes (kfold) and unseen family (lofo)",
      "transfer"),
+    ("loio", ["loio"], "(7) held-out implementations: feature sets, stage-2 choice",
+     "loio"),
     ("learning_curve", ["learning_curve"],
      "learning a held-out implementation from N harvested shapes; adaptive budget",
      "learning_curve"),
