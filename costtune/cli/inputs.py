@@ -39,8 +39,8 @@ def check_kernel(kernel: str, *, option: str = "KERNEL", implementations: bool =
     known = ([n for names in IMPLEMENTATIONS.values() for n in names] if implementations
              else list(FAMILIES))
     if kernel not in known:
-        what = "kernel family or implementation" if implementations else "kernel family"
-        fail(f"{option}: unknown {what} {kernel!r}; known: {', '.join(known)}")
+        also = " (nor an implementation)" if implementations else ""
+        fail(f"{option}: unknown kernel family {kernel!r}{also}; known: {', '.join(known)}")
 
 
 def is_shipped(path: Path) -> bool:

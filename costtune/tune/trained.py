@@ -93,7 +93,9 @@ def config_doubts(family: str, columns: Mapping[str, Any], *, elems_per_thread: 
 
 def build(dataset: str | Path) -> dict[str, Any]:
     """Per family: trained values of each config parameter and the range of elements per
-    thread, from the dataset's training rows with a time (status ok)."""
+    thread, from the dataset's training rows with a time (status ok) of the family's original
+    kernel: what the hook's first stage (static features) learned from; the other
+    implementations train only the compiled second stage (experiments/loio.py)."""
     from costtune.features.static import static_features
     from costtune.kernels import FAMILIES
     from costtune.store.dataset import load_dataset
@@ -102,7 +104,8 @@ def build(dataset: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for family in FAMILIES:
         df = load_dataset(dataset, kernel=family)
-        df = df[(df["status"] == "ok") & (df["suite"] == "train")]
+        df = df[(df["status"] == "ok") & (df["suite"] == "train")
+                & (df["implementation"] == df["kernel"])]
         if not len(df):
             continue
         required, neutral = FAMILY_PARAMS[family]
