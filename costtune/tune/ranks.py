@@ -5,7 +5,9 @@ same key (timing noise, another GPU's clocks), so ranks run different kernels. W
 ``ranks="rank0"``, rank 0 tunes each new key and broadcasts its choice (the config's key and
 values, ``broadcast_object_list`` on the default group); the other ranks launch it without
 benchmarking. Every rank must make the same tuning calls in the same order, as with any
-collective. Without an initialized process group (or with one rank) nothing changes.
+collective (with NCCL, each rank's CUDA device set, as object collectives need). Without an
+initialized process group (or with one rank) nothing changes; if rank 0's tuning fails it
+still broadcasts (nothing), and the other ranks raise instead of waiting.
 """
 
 from __future__ import annotations
