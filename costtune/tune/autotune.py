@@ -20,7 +20,7 @@ _PRUNE_OPTIONS = frozenset(inspect.signature(prune_configs_by).parameters)
 def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float | None = None,
              model: Any = "h200", family: str | None = None, problem: ProblemSpec = None,
              precompile: bool | int = True, bench: str = "graph", check: Any = None,
-             budget: Any = None, learn: bool = False,
+             budget: Any = None, learn: bool = False, ranks: str = "each",
              **options: Any) -> Callable[[Any], Any]:
     """``triton.autotune`` that benchmarks only the ``top_k`` configs the cost model ranks
     best and, on a GPU, first compiles them in parallel threads (``tune.precompile``; skipped
@@ -49,6 +49,15 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
     user's cache with what each tuning measured, and ranks with it from then on, in later
     processes too (``tune.learn``; ``model`` must be a name or path).
 
+    ``cache_results=True`` (Triton's option) stores each tuning's timings on disk; a later
+    process with the same key, configs and model benchmarks nothing (the list costtune
+    keeps, which Triton's cache key hashes, is the same in every process). ``ranks``: under
+    ``torch.distributed``, ``"rank0"`` makes rank 0 tune each new key and broadcast its
+    choice, which the other ranks launch without benchmarking, so every rank runs the same
+    config (each rank must make the same tuning calls in the same order); ``"each"``
+    (default) lets every rank tune on its own. No effect without an initialized process
+    group (``tune.ranks``).
+
     >>> import triton, costtune
     >>> @costtune.autotune(configs=[triton.Config({"BLOCK_N": 1024})], key=["rows", "cols"],
     ...                    top_k=4, family="softmax")
@@ -56,30 +65,12 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
     ... def softmax(x, y, rows, cols, BLOCK_N: triton.language.constexpr):
     ...     pass
     """
-    import triton
-
-    triton_names = set(inspect.signature(triton.autotune).parameters) - {
-        "configs", "key", "prune_configs_by"}
-    unknown = sorted(set(options) - _PRUNE_OPTIONS - triton_names)
-    if unknown:
-        raise ValueError(f"unknown option(s) {unknown}; costtune.autotune takes "
-                         f"{sorted(_PRUNE_OPTIONS)} and triton.autotune's {sorted(triton_names)}")
+    prune_kw, triton_kw = _split(options, precompile=precompile, bench=bench, ranks=ranks)
     adaptive, top_k = _budget(budget, top_k=top_k, learn=learn, model=model)
-    prune_kw = {k: v for k, v in options.items() if k in _PRUNE_OPTIONS}
-    triton_kw = {k: v for k, v in options.items() if k in triton_names}
     prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)  # checks now
-    if not isinstance(precompile, bool) and (not isinstance(precompile, int) or precompile < 1):
-        raise ValueError(f"precompile must be True, False or a thread count >= 1, "
-                         f"got {precompile!r}")
-    from costtune.measure.bench import BENCH_CHOICES, graph_bench
     from costtune.tune.guard import check_spec
 
     spec = check_spec(check)
-    if bench not in BENCH_CHOICES:
-        raise ValueError(f"unknown bench {bench!r}; use one of {list(BENCH_CHOICES)}")
-    tritons_timing = ("do_bench", "warmup", "rep", "use_cuda_graph")
-    if bench == "graph" and not any(triton_kw.get(k) for k in tritons_timing):
-        triton_kw["do_bench"] = graph_bench  # Triton's own timing when the user set it up
 
     def decorator(fn: Any) -> Any:
         from costtune.tune.learn import Learner
@@ -92,9 +83,39 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
         return SafeAutotuner(fn, fn.arg_names, configs, key, triton_kw.get("reset_to_zero"),
                              triton_kw.get("restore_value"), prune_configs_by=prune,
                              check=spec, precompile_threads=threads, budget=adaptive,
-                             learner=Learner(fn, model=model) if learn else None, **rest)
+                             learner=Learner(fn, model=model) if learn else None,
+                             ranks=ranks, **rest)
 
     return decorator
+
+
+def _split(options: dict[str, Any], *, precompile: Any, bench: Any, ranks: Any
+           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the pruner's options, triton.autotune's, with the timing ``bench`` asks for);
+    ValueError on an unknown option or a bad ``precompile``, ``bench`` or ``ranks``."""
+    import triton
+
+    from costtune.measure.bench import BENCH_CHOICES, graph_bench
+    from costtune.tune.ranks import check_ranks
+
+    triton_names = set(inspect.signature(triton.autotune).parameters) - {
+        "configs", "key", "prune_configs_by"}
+    unknown = sorted(set(options) - _PRUNE_OPTIONS - triton_names)
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown}; costtune.autotune takes "
+                         f"{sorted(_PRUNE_OPTIONS)} and triton.autotune's {sorted(triton_names)}")
+    check_ranks(ranks)
+    if not isinstance(precompile, bool) and (not isinstance(precompile, int) or precompile < 1):
+        raise ValueError(f"precompile must be True, False or a thread count >= 1, "
+                         f"got {precompile!r}")
+    if bench not in BENCH_CHOICES:
+        raise ValueError(f"unknown bench {bench!r}; use one of {list(BENCH_CHOICES)}")
+    prune_kw = {k: v for k, v in options.items() if k in _PRUNE_OPTIONS}
+    triton_kw = {k: v for k, v in options.items() if k in triton_names}
+    tritons_timing = ("do_bench", "warmup", "rep", "use_cuda_graph")
+    if bench == "graph" and not any(triton_kw.get(k) for k in tritons_timing):
+        triton_kw["do_bench"] = graph_bench  # Triton's own timing when the user set it up
+    return prune_kw, triton_kw
 
 
 def _budget(budget: Any, *, top_k: int | float | None, learn: Any, model: Any

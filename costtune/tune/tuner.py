@@ -21,8 +21,11 @@ the cap; failing configs are replaced the same way. With ``learn=True`` each tun
 kernel's own model (``tune.learn``), which the pruner ranks with from then on.
 
 If nothing can run, the kept list is returned unchanged and Triton fails exactly as exhaustive
-tuning would (the same error reaches the user). ``warmup`` and disk-cached results keep
-Triton's behaviour.
+tuning would (the same error reaches the user). ``warmup`` keeps Triton's behaviour. With
+``cache_results=True`` Triton's disk cache is keyed by the pruner's kept list (the same in every
+process: rank order, ties by config key) and looked up before anything is benchmarked; a hit
+benchmarks nothing. ``ranks="rank0"``: rank 0 tunes, the other ranks take its choice
+(``tune.ranks``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from triton.runtime.autotuner import Autotuner
 from costtune.tune.decision import config_key, warn
 from costtune.tune.feasibility import config_text, finite_time
 from costtune.tune.guard import MIN_VOTERS, CheckSpec, OutputGuard
+from costtune.tune.ranks import check_ranks, choice, config_from, tuning_key, world
 
 __all__ = ["SafeAutotuner"]
 
@@ -50,10 +54,13 @@ class SafeAutotuner(Autotuner):
 
     def __init__(self, *args: Any, check: CheckSpec | None = None,
                  precompile_threads: int | None | bool = True, budget: Any = None,
-                 learner: Any = None, **kwargs: Any) -> None:
+                 learner: Any = None, ranks: str = "each", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.check, self.precompile_threads = check, precompile_threads
         self.budget, self.learner = budget, learner
+        self.ranks = check_ranks(ranks)
+        self._kwargs: dict | None = None  # the tuning call's kwargs, for check_disk_cache
+        self._from_disk = False
         self.adaptive: Any = None  # the latest adaptive loop's AdaptiveResult
         self.rejected: dict[str, str] = {}
         self._tuning = False
@@ -61,7 +68,31 @@ class SafeAutotuner(Autotuner):
         self._warned: set[str] = set()
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        self._tuning = True
+        dist = world() if self.ranks == "rank0" and len(self.configs) > 1 else None
+        if dist is not None:
+            key = tuning_key(self.arg_names, self.keys, args, kwargs)
+            if key not in self.cache:
+                return self._run_rank0(dist, key, args, kwargs)
+        return self._run(*args, **kwargs)
+
+    def _run_rank0(self, dist: Any, key: tuple, args: tuple, kwargs: dict) -> Any:
+        """Rank 0 tunes ``key`` and broadcasts its choice; the other ranks launch it."""
+        box: list[Any] = [None]
+        if dist.get_rank() == 0:
+            try:
+                return self._run(*args, **kwargs)
+            finally:  # also when tuning failed: the other ranks must not wait forever
+                box[0] = choice(self.cache.get(key))
+                dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0)
+        if box[0] is None:
+            raise RuntimeError(f"costtune: rank 0 chose no config for key {key} (its tuning "
+                               "failed; see rank 0's error)")
+        self.cache[key] = config_from(box[0], self.configs)
+        return self._run(*args, **kwargs)  # a cache hit: launches without benchmarking
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        self._tuning, self._from_disk = True, False
         before = getattr(self, "configs_timings", None)
         if self.learner is not None and getattr(self.early_config_prune, "kernel_dir",
                                                  None) is None and self.learner.learns:
@@ -69,9 +100,10 @@ class SafeAutotuner(Autotuner):
         try:
             out = super().run(*args, **kwargs)
         finally:
-            self._tuning, self._timed = False, {}
+            self._tuning, self._timed, self._kwargs = False, {}, None
         timings = getattr(self, "configs_timings", None)
-        if self.learner is not None and timings is not None and timings is not before:
+        if (self.learner is not None and timings is not None and timings is not before
+                and not self._from_disk):
             self.learner.record(self, args, kwargs)
         return out
 
@@ -83,7 +115,24 @@ class SafeAutotuner(Autotuner):
         kept = super().prune_configs(kwargs)
         if not self._tuning or getattr(self, "nargs", None) is None:
             return kept  # warmup(): compile what is kept, as Triton does
+        if self.cache_results:  # tuned in check_disk_cache, on a miss only
+            self._kwargs = kwargs
+            return list(kept)
         return self._tune(kept, kwargs)
+
+    def check_disk_cache(self, tuning_key: Any, configs: list[Any], bench_fn: Any) -> bool:
+        """Triton's disk cache, keyed by the pruned list (``configs``, the pruner's kept
+        configs in rank order: the same in every process); on a miss the kept configs are
+        tuned here (replacements, check) and ``configs`` becomes the list that ran, which
+        Triton's ``bench_fn`` then reads the times of."""
+        kwargs = self._kwargs if self._kwargs is not None else {}
+
+        def tune_then_bench() -> None:
+            configs[:] = self._tune(list(configs), kwargs)
+            bench_fn()
+
+        self._from_disk = super().check_disk_cache(tuning_key, configs, tune_then_bench)
+        return self._from_disk
 
     def _decision(self) -> Any:
         return getattr(self.early_config_prune, "last", None)

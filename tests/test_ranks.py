@@ -1,0 +1,115 @@
+"""The same config on every rank: ``costtune.autotune(..., ranks="rank0")``, with two CPU ranks
+(torch.multiprocessing spawn, gloo, Triton's interpreter). Each rank's do_bench reports
+rank-dependent times (rank 0: the first config timed is fastest; rank 1: the last), so ranks
+tuning on their own pick different configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import triton
+import triton.language as tl
+from helpers import masked_tile_matmul
+
+import costtune
+
+CONFIGS = [triton.Config({"BM": 32, "BN": bn, "BK": bk}, num_warps=w, num_stages=2)
+           for bn in (32, 64, 128) for bk in (32, 64) for w in (4, 8)]
+SHAPES = [(16, 128, 256), (32, 64, 128)]  # two tuning keys
+
+
+@triton.jit
+def _ranked_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    masked_tile_matmul(x, y, out, m, n, k, BM, BN, BK)
+
+
+class RankBench:
+    """do_bench with fake times: rank 0 finds the first config it times fastest, rank 1 the
+    last (runs each config once, counts the calls)."""
+
+    def __init__(self, rank: int, fail: bool = False) -> None:
+        self.rank, self.calls, self.fail = rank, 0, fail
+
+    def __call__(self, fn, quantiles=None):
+        self.calls += 1
+        if self.rank == 0 and self.fail:
+            raise RuntimeError("rank 0's launch failed")
+        fn()
+        ms = float(self.calls if self.rank == 0 else 100 - self.calls)
+        return [ms, ms, ms]
+
+
+def tuner_for(bench, **options):
+    return costtune.autotune(CONFIGS, key=["m", "n", "k"], top_k=2, model="h200",
+                             family="gemm", problem={"M": "m", "N": ("y", 1), "K": "k"},
+                             params={"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"},
+                             do_bench=bench, **options)(_ranked_matmul)
+
+
+def tune(tuner, m, n, k) -> str:
+    """One launch through the tuner (checked); the config it used."""
+    torch.manual_seed(0)
+    x, y = (torch.randn(s).to(torch.float16) for s in ((m, k), (k, n)))
+    c = torch.empty(m, n, dtype=torch.float32)
+    tuner[lambda meta: (triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"]))](
+        x, y, c, m, n, k)
+    assert torch.allclose(c, x.float() @ y.float(), rtol=1e-3, atol=1e-3)
+    return str(tuner.best_config)
+
+
+def rank_worker(rank: int, init: str, ranks: str, out: str, fail: bool) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
+    try:
+        bench = RankBench(rank, fail)
+        tuner = tuner_for(bench, ranks=ranks)
+        try:
+            best = [tune(tuner, *shape) for shape in SHAPES]
+            best.append(tune(tuner, *SHAPES[0]))  # a tuned key: no collective, no benchmark
+            error = None
+        except RuntimeError as exc:
+            best, error = [], str(exc)
+        Path(out, f"rank{rank}.json").write_text(json.dumps({"calls": bench.calls,
+                                                             "best": best, "error": error}))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ranks(tmp_path: Path, ranks: str, *, fail: bool = False) -> list[dict]:
+    out = tmp_path / f"{ranks}{'_fail' if fail else ''}"
+    out.mkdir()
+    mp.spawn(rank_worker, args=(str(out / "init"), ranks, str(out), fail), nprocs=2,
+             join=True)
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_rank0_tunes_and_the_others_take_its_choice(tmp_path):
+    each = run_ranks(tmp_path, "each")
+    assert each[0]["calls"] >= 4 and each[1]["calls"] == each[0]["calls"]
+    assert each[0]["best"][0] != each[1]["best"][0]  # on their own the ranks disagree
+    synced = run_ranks(tmp_path, "rank0")
+    assert synced[1]["calls"] == 0  # rank 1 benchmarked nothing
+    assert synced[0]["calls"] == each[0]["calls"]
+    assert synced[1]["best"] == synced[0]["best"] == each[0]["best"]
+    assert synced[0]["error"] is None and synced[1]["error"] is None
+
+
+def test_rank0_failing_does_not_leave_the_others_waiting(tmp_path):
+    failed, other = run_ranks(tmp_path, "rank0", fail=True)
+    assert "rank 0's launch failed" in failed["error"]
+    assert other["calls"] == 0 and "rank 0 chose no config" in other["error"]
+
+
+def test_ranks_without_a_process_group_and_bad_values():
+    assert not dist.is_initialized()
+    bench = RankBench(0)
+    tuner = tuner_for(bench, ranks="rank0")
+    tune(tuner, *SHAPES[0])
+    assert bench.calls == len(tuner.configs_timings) >= 2  # tuned here as usual
+    with pytest.raises(ValueError, match=r"^ranks must be one of \['each', 'rank0'\], "
+                                         r"got 'one'$"):
+        tuner_for(bench, ranks="one")
