@@ -28,7 +28,6 @@ Every shape keeps 2*M*N*K <= 0.6 TFLOP so a full sweep of its space stays cheap 
 from __future__ import annotations
 
 import math
-import operator
 from typing import Any
 
 import numpy as np
@@ -39,6 +38,7 @@ import triton.language as tl
 from costtune.hardware import H200
 from costtune.kernels.base import PROBLEM_KEYS as FAMILY_PROBLEM_KEYS
 from costtune.kernels.base import KernelCall, check_tensor, dtype_of
+from costtune.kernels.configs import check_gemm_config
 from costtune.space import ConfigSpace
 from costtune.types import Config
 
@@ -318,27 +318,11 @@ def _sizes(problem: dict[str, Any]) -> tuple[int, int, int]:
 
 def _config_values(config: Config | dict[str, Any]) -> dict[str, int]:
     """Flat dict of the kernel's parameters; unknown or missing names and bad values raise."""
-    values = Config.from_dict(config).as_dict() if isinstance(config, dict) else config.as_dict()
-    unknown = sorted(set(values) - set(_KERNEL_PARAMS) - set(_LAUNCH_PARAMS))
-    if unknown:
-        raise ValueError(f"unknown config parameter(s) {unknown}; "
-                         f"gemm takes {list(_KERNEL_PARAMS + _LAUNCH_PARAMS)}")
-    missing = [name for name in _KERNEL_PARAMS if name not in values]
-    if missing:
-        raise ValueError(f"config is missing {missing}")
-    for name in _KERNEL_PARAMS:
-        try:  # integral numpy values (a store row) are fine; floats and strings are not
-            values[name] = operator.index(values[name])
-        except TypeError:
-            raise ValueError(f"config {name}={values[name]!r} must be an int") from None
-    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
-        v = values[name]
-        # tl.arange needs powers of two and tl.dot needs at least 16 along every dimension.
-        if v < 16 or v & (v - 1):
-            raise ValueError(f"config {name}={v!r} must be a power of two >= 16")
+    values = check_gemm_config(config, params=_KERNEL_PARAMS, launch=_LAUNCH_PARAMS, name=NAME)
     if values["SPLIT_K"] < 1:
         raise ValueError(f"config SPLIT_K={values['SPLIT_K']!r} must be >= 1")
     return values
+
 
 
 def _check_inputs(inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

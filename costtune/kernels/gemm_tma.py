@@ -19,7 +19,6 @@ The suites drop the shapes where they are not: train (777, 4097, 1025), (4097, 4
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from costtune.hardware import H200
 from costtune.kernels import gemm as _family
 from costtune.kernels.base import KernelCall
+from costtune.kernels.configs import check_gemm_config
 from costtune.space import ConfigSpace
 from costtune.types import Config
 
@@ -263,29 +263,18 @@ def _check_tma(a: torch.Tensor, b: torch.Tensor) -> None:
 
 def _config_values(config: Config | dict[str, Any]) -> dict[str, int]:
     """Flat dict of the kernel's parameters; unknown or missing names and bad values raise."""
-    values = Config.from_dict(config).as_dict() if isinstance(config, dict) else config.as_dict()
-    unknown = sorted(set(values) - set(_KERNEL_PARAMS) - set(_LAUNCH_PARAMS))
-    if unknown:
-        raise ValueError(f"unknown config parameter(s) {unknown}; "
-                         f"{NAME} takes {list(_KERNEL_PARAMS + _LAUNCH_PARAMS)}")
-    missing = [name for name in _KERNEL_PARAMS if name not in values]
-    if missing:
-        raise ValueError(f"config is missing {missing}")
-    for name in _KERNEL_PARAMS:
-        try:  # integral numpy values (a store row) are fine; floats, strings, bools are not
-            if isinstance(values[name], bool):
-                raise TypeError
-            values[name] = operator.index(values[name])
-        except TypeError:
-            raise ValueError(f"config {name}={values[name]!r} must be an int") from None
-    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
-        v = values[name]
-        # Block shapes are powers of two; tl.dot needs >= 16, the half-width store >= 32.
-        if v < 16 or v & (v - 1):
-            raise ValueError(f"config {name}={v!r} must be a power of two >= 16")
-    for name in _FLAGS:
-        if values[name] not in (0, 1):
-            raise ValueError(f"config {name}={values[name]!r} must be 0 or 1")
+    return check_config(config, params=_KERNEL_PARAMS, flags=_FLAGS, name=NAME)
+
+
+def check_config(config: Config | dict[str, Any], *, params: tuple[str, ...],
+                 flags: tuple[str, ...], name: str) -> dict[str, int]:
+    """The family's check, booleans refused, ``flags`` 0 or 1, and a half-width epilogue only
+    on BLOCK_N >= 32: shared by the TMA GEMMs."""
+    values = check_gemm_config(config, params=params, launch=_LAUNCH_PARAMS, name=name,
+                               bools=False)
+    for flag in flags:
+        if values[flag] not in (0, 1):
+            raise ValueError(f"config {flag}={values[flag]!r} must be 0 or 1")
     if values["EPILOGUE_SUBTILE"] and values["BLOCK_N"] < 32:
         raise ValueError(f"config EPILOGUE_SUBTILE=1 needs BLOCK_N >= 32, got "
                          f"{values['BLOCK_N']}")

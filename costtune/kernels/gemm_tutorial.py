@@ -15,7 +15,6 @@ rows and columns instead. Every family shape is supported, so the suites are the
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ import triton.language as tl
 from costtune.hardware import H200
 from costtune.kernels import gemm as _family
 from costtune.kernels.base import KernelCall
+from costtune.kernels.configs import check_gemm_config
 from costtune.space import ConfigSpace
 from costtune.types import Config
 
@@ -192,24 +192,8 @@ def _interpreted() -> bool:
 
 def _config_values(config: Config | dict[str, Any]) -> dict[str, int]:
     """Flat dict of the kernel's parameters; unknown or missing names and bad values raise."""
-    values = Config.from_dict(config).as_dict() if isinstance(config, dict) else config.as_dict()
-    unknown = sorted(set(values) - set(_KERNEL_PARAMS) - set(_LAUNCH_PARAMS))
-    if unknown:
-        raise ValueError(f"unknown config parameter(s) {unknown}; "
-                         f"{NAME} takes {list(_KERNEL_PARAMS + _LAUNCH_PARAMS)}")
-    missing = [name for name in _KERNEL_PARAMS if name not in values]
-    if missing:
-        raise ValueError(f"config is missing {missing}")
-    for name in _KERNEL_PARAMS:
-        try:  # integral numpy values (a store row) are fine; floats and strings are not
-            values[name] = operator.index(values[name])
-        except TypeError:
-            raise ValueError(f"config {name}={values[name]!r} must be an int") from None
-    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
-        v = values[name]
-        # tl.arange needs powers of two and tl.dot needs at least 16 along every dimension.
-        if v < 16 or v & (v - 1):
-            raise ValueError(f"config {name}={v!r} must be a power of two >= 16")
+    values = check_gemm_config(config, params=_KERNEL_PARAMS, launch=_LAUNCH_PARAMS,
+                               name=NAME)
     if values["GROUP_SIZE_M"] < 1:
         raise ValueError(f"config GROUP_SIZE_M={values['GROUP_SIZE_M']!r} must be >= 1")
     return values

@@ -137,28 +137,33 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def _sizes(problem: dict[str, Any]) -> tuple[int, int]:
+def _sizes(problem: dict[str, Any], *, name: str = NAME) -> tuple[int, int]:
+    """(rows, cols) of a softmax problem; ValueError naming ``name`` (the implementation)."""
     missing = [k for k in PROBLEM_KEYS if k not in problem]
     if missing:
-        raise ValueError(f"problem lacks {missing}; softmax needs {list(PROBLEM_KEYS)}")
+        raise ValueError(f"problem lacks {missing}; {name} needs {list(PROBLEM_KEYS)}")
     rows, cols = int(problem["rows"]), int(problem["cols"])
     if rows < 1 or cols < 1:
         raise ValueError(f"rows and cols must be >= 1, got {rows}x{cols}")
     return rows, cols
 
 
-def _config_values(config: Config | dict[str, Any]) -> dict[str, int]:
+def _config_values(config: Config | dict[str, Any], *, params: tuple[str, ...] = _PARAMS,
+                   name: str = NAME, powers_of_two: bool = True) -> dict[str, int]:
+    """The config's ``params`` as ints: unknown or missing names, values < 1 and (with
+    ``powers_of_two``) block sizes and warp counts that are not powers of two raise a
+    ValueError naming ``name``. The softmax implementations share it."""
     values = config.as_dict() if isinstance(config, Config) else dict(config)
-    unknown = sorted(set(values) - set(_PARAMS))
-    missing = sorted(set(_PARAMS) - set(values))
+    unknown = sorted(set(values) - set(params))
+    missing = sorted(set(params) - set(values))
     if unknown or missing:
-        raise ValueError(f"softmax config: unknown {unknown}, missing {missing}; "
-                         f"expected {list(_PARAMS)}")
-    for name, v in values.items():
+        raise ValueError(f"{name} config: unknown {unknown}, missing {missing}; "
+                         f"expected {list(params)}")
+    for key, v in values.items():
         if not isinstance(v, Integral) or v < 1:
-            raise ValueError(f"softmax config: {name}={v!r} must be a positive integer")
-        if name != "num_stages" and v & (v - 1):
-            raise ValueError(f"softmax config: {name}={v!r} must be a power of two")
+            raise ValueError(f"{name} config: {key}={v!r} must be a positive integer")
+        if powers_of_two and key != "num_stages" and v & (v - 1):
+            raise ValueError(f"{name} config: {key}={v!r} must be a power of two")
     return {k: int(v) for k, v in values.items()}
 
 

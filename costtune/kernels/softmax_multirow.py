@@ -17,7 +17,6 @@ and the tolerance are the softmax family's.
 
 from __future__ import annotations
 
-from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ import triton
 import triton.language as tl
 
 from costtune.hardware import H200
+from costtune.kernels import softmax as _family
 from costtune.kernels.base import KernelCall, check_tensor
 from costtune.kernels.softmax import (
     DTYPES,
@@ -33,6 +33,7 @@ from costtune.kernels.softmax import (
     TEST_SHAPES,
     TOLERANCE,
     TRAIN_SHAPES,
+    _next_pow2,
     flops,
     make_inputs,
     min_bytes,
@@ -89,33 +90,13 @@ def _softmax_multirow(x_ptr, out_ptr, rows, cols, stride_xr, stride_xc, stride_o
                  mask=(row < rows) & c_ok)
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
 
 def _sizes(problem: dict[str, Any]) -> tuple[int, int]:
-    missing = [k for k in PROBLEM_KEYS if k not in problem]
-    if missing:
-        raise ValueError(f"problem lacks {missing}; {NAME} needs {list(PROBLEM_KEYS)}")
-    rows, cols = int(problem["rows"]), int(problem["cols"])
-    if rows < 1 or cols < 1:
-        raise ValueError(f"rows and cols must be >= 1, got {rows}x{cols}")
-    return rows, cols
+    return _family._sizes(problem, name=NAME)
 
 
 def _config_values(config: Config | dict[str, Any]) -> dict[str, int]:
-    values = config.as_dict() if isinstance(config, Config) else dict(config)
-    unknown = sorted(set(values) - set(_PARAMS))
-    missing = sorted(set(_PARAMS) - set(values))
-    if unknown or missing:
-        raise ValueError(f"{NAME} config: unknown {unknown}, missing {missing}; "
-                         f"expected {list(_PARAMS)}")
-    for name, v in values.items():
-        if not isinstance(v, Integral) or v < 1:
-            raise ValueError(f"{NAME} config: {name}={v!r} must be a positive integer")
-        if name != "num_stages" and v & (v - 1):
-            raise ValueError(f"{NAME} config: {name}={v!r} must be a power of two")
-    return {k: int(v) for k, v in values.items()}
+    return _family._config_values(config, params=_PARAMS, name=NAME)
 
 
 def grid(problem: dict[str, Any], config: Config | dict[str, Any]) -> tuple[int, ...]:
