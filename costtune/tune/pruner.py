@@ -21,9 +21,11 @@ How one tuning call is decided:
    another feature schema, or not trained on this family -> keep all configs.
 3. Doubts: a kernel declared as a family it does not read as (or of an unknown family),
    another GPU or triton version, sizes more than ``range_margin`` octaves outside the
-   training range, config values the training data never had (``tune.trained``), a dtype the
-   family's data lacks, a launch grid unlike the family's, a model that needs compiled
-   features without ``two_stage`` -> rank, but benchmark ``widen`` x k (``widen=None``: all).
+   training range, a dtype the family's data lacks, a launch grid unlike the family's, a
+   model that needs compiled features without ``two_stage`` -> rank, but benchmark ``widen``
+   x k (``widen=None``: all). Config values the training data never had (``tune.trained``)
+   doubt those configs only: the k best-ranked trained ones are kept, plus every untrained
+   one ranked above the last of them (at most ``widen`` x k in all).
 4. Rank by static features; ties by config key. Configs that differ only in knobs the model
    does not know take one slot each while distinct ones remain (``tune.knobs``).
    ``two_stage=True`` re-ranks a shortlist by compiled features (AOT compile on the CPU,
@@ -261,8 +263,6 @@ class ConfigPruner:
         from costtune.evaluate.metrics import rank_positions
         from costtune.features.static import static_features_for
         from costtune.tune.ranking import score
-        from costtune.tune.trained import config_doubts
-
         n, keys = len(configs), self.config_keys(configs)
         live = [params[i] for i in alive]
         features = static_features_for(launch.family, launch.problem, launch.dtype, live,
@@ -276,14 +276,14 @@ class ConfigPruner:
             sub_order = spread_order(sub_order, known_keys=[known[i] for i in alive],
                                      unknown_keys=[unknown[i] for i in alive])
             notes.append(("knobs", knob_message(knobs)))
-        k = min(keep_count(self.top_k, n), len(alive))
-        if self.range_margin is not None:  # values never trained on, among those kept
-            doubts += config_doubts(launch.family, {c: v[alive] for c, v in columns.items()},
-                                    among=sub_order[:k],
-                                    elems_per_thread=features["elems_per_thread"].to_numpy())
-        if doubts:
-            notes.extend(doubts)
-            k = len(alive) if self.widen is None else min(len(alive), k * self.widen)
+        k0 = min(keep_count(self.top_k, n), len(alive))
+        cap = len(alive) if self.widen is None else min(len(alive), k0 * self.widen)
+        k = cap if doubts else k0  # a doubt on the whole launch widens every slot
+        notes.extend(doubts)
+        if self.range_margin is not None:  # config values never trained on
+            k = max(k, self._untrained(launch.family, {c: v[alive] for c, v in columns.items()},
+                                       features["elems_per_thread"].to_numpy(), sub_order,
+                                       k=k0, cap=cap, notes=notes))
         order = alive[sub_order]
         scores = np.full(n, np.nan)
         scores[alive] = live_scores
@@ -299,6 +299,28 @@ class ConfigPruner:
             order = alive[sub_order]
         decision.kept = [keys[i] for i in order[:k]]
         return decision, order
+
+    def _untrained(self, family: str, columns: dict[str, np.ndarray], elems: np.ndarray,
+                   sub_order: np.ndarray, *, k: int, cap: int,
+                   notes: list[tuple[str, str]]) -> int:
+        """k, grown so that the ``k`` best-ranked configs with trained values are kept and,
+        besides them, every config with a value the training data never had that the model
+        ranks above the last of them (it cannot be trusted either way, so it is measured);
+        at most ``cap`` (``widen`` x k, what any doubt keeps)."""
+        from costtune.tune.trained import config_doubts, unseen_values
+
+        unseen = unseen_values(family, columns, elems_per_thread=elems)
+        if not unseen or not any(int(j) in unseen for j in sub_order[:k]):
+            return k
+        trusted, grown = 0, cap
+        for pos, j in enumerate(sub_order[:cap]):
+            trusted += int(j) not in unseen
+            if trusted == k:
+                grown = pos + 1
+                break
+        notes.extend(config_doubts(family, columns, elems_per_thread=elems,
+                                   among=sub_order[:grown]))
+        return grown
 
     def _stage2(self, launch: Any, params: list[dict], features: Any, keys: np.ndarray,
                 order: np.ndarray, decision: PruneDecision,

@@ -1,5 +1,6 @@
 """The config values the shipped models were trained on, and the doubt a config outside them
-raises (handled like a problem size out of range: warn once, benchmark ``widen`` x k).
+raises (warned once, like a problem size out of range; the pruner keeps its k best-ranked
+trained configs and every untrained one it ranks above them, at most ``widen`` x k).
 
 ``costtune/models/trained_configs_h200.json`` holds, per family, every value each config
 parameter took in the training rows of ``datasets/h200`` (the rows the shipped models learned
