@@ -83,3 +83,22 @@ def config_key(config: Any) -> str:
         return launch_key(config)
     except (TypeError, ValueError):
         return config_text(config)
+
+
+def keep_launchable(configs: Any, notes: list[tuple[str, str]]) -> tuple[PruneDecision, Any]:
+    """The pruner's fallback: (a PruneDecision keeping every config whose launch options can
+    run, all of them if none can; their positions)."""
+    from costtune.tune.feasibility import config_text, dropped, refuse_options, summary
+
+    try:
+        refused = refuse_options(configs)
+    except Exception:
+        refused = {}
+    alive = np.array([i for i in range(len(configs)) if i not in refused] or
+                     range(len(configs)), dtype=int)
+    texts = [config_text(c) for c in configs]
+    decision = PruneDecision(len(configs), len(alive), [texts[i] for i in alive])
+    if len(alive) < len(configs):
+        decision.dropped = dropped(configs, refused)
+        notes.append(("infeasible", summary(configs, refused)))
+    return decision, alive

@@ -188,6 +188,7 @@ def _fresh_pruner(tuner: Any, prune: Any) -> Any:
     clone = copy.copy(prune)
     clone._warned = set()
     clone.after_prune = None
+    clone.precompile = False
     clone.kernel = tuner
     clone.last = None
     return clone

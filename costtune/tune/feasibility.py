@@ -264,3 +264,8 @@ def finite_time(timing: Any) -> bool:
         return math.isfinite(float(first))
     except (TypeError, ValueError):
         return False
+
+
+def dropped(configs: Sequence[Any], refused: Mapping[int, str]) -> dict[str, str]:
+    """{config as given: why it cannot launch} (the canonical key would cast num_warps=4.0)."""
+    return {config_text(configs[i]): why for i, why in sorted(refused.items())}

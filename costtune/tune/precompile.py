@@ -80,6 +80,21 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
     return sum(_compiled(k) for k in kernels), len(configs)
 
 
+def precompiler(tuner: Any, threads: bool | int) -> Any:
+    """The pruner's after-prune step under plain ``triton.autotune``: compile the kept configs
+    in parallel before Triton benchmarks them one by one; None for no tuner, ``threads``
+    False, or ``costtune.autotune``'s tuner (it precompiles what it benchmarks itself)."""
+    if tuner is None or threads is False or hasattr(tuner, "precompile_threads"):
+        return None
+    count = None if threads is True else int(threads)
+
+    def run(kept: list[Any], named_args: Mapping[str, Any], kwargs: Mapping[str, Any],
+            family: str | None) -> tuple[int, int] | None:
+        return precompile(tuner, kept, named_args=named_args, kwargs=kwargs, threads=count)
+
+    return run
+
+
 def _outcome(kernel: Any) -> str | None:
     if kernel is None:
         return None

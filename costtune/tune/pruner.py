@@ -48,7 +48,7 @@ import numpy as np
 
 from costtune.hardware import current
 from costtune.tune import feasibility
-from costtune.tune.decision import PruneDecision, config_key, keep_count, warn
+from costtune.tune.decision import PruneDecision, config_key, keep_count, keep_launchable, warn
 from costtune.tune.kind import calling_tuner
 from costtune.tune.knobs import knob_message, knob_split, spread_order
 from costtune.tune.launch import (
@@ -59,6 +59,7 @@ from costtune.tune.launch import (
     describe,
     family_params,
 )
+from costtune.tune.precompile import precompiler
 from costtune.tune.preload import preload as start_preload
 from costtune.tune.preload import wait as wait_for_preload
 from costtune.types import CosttuneWarning
@@ -76,11 +77,15 @@ class ConfigPruner:
     def __init__(self, *, model: Any, top_k: int | float, spec: LaunchSpec, two_stage: bool,
                  shortlist: int, stage2_model: Any, widen: int | None,
                  range_margin: float | None, workers: int | None,
-                 cache_dir: str | os.PathLike | None) -> None:
+                 cache_dir: str | os.PathLike | None, precompile: bool | int = True) -> None:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not top_k >= 0:
             raise ValueError(f"top_k must be a count or a fraction >= 0, got {top_k!r}")
         if int(shortlist) < 1:
             raise ValueError(f"shortlist must be >= 1, got {shortlist!r}")
+        if not isinstance(precompile, bool) and (not isinstance(precompile, int)
+                                                 or precompile < 1):
+            raise ValueError(f"precompile must be True, False or a thread count >= 1, "
+                             f"got {precompile!r}")
         if widen is not None and int(widen) < 1:
             raise ValueError(f"widen must be >= 1 or None, got {widen!r}")
         if range_margin is not None and not range_margin >= 0:
@@ -92,8 +97,10 @@ class ConfigPruner:
         self.widen = None if widen is None else int(widen)
         self.range_margin, self.workers, self.cache_dir = range_margin, workers, cache_dir
         self.last: PruneDecision | None = None
-        # costtune.autotune sets this: (survivors, named_args, kwargs) -> precompile counts.
+        # (survivors, named_args, kwargs, family) -> precompile counts, run after pruning;
+        # None: under plain triton.autotune the survivors are precompiled (``precompile``).
         self.after_prune: Callable[..., tuple[int, int] | None] | None = None
+        self.precompile = precompile
         # The autotuned kernel (its name and source say what it computes); None: the
         # Autotuner calling this pruner, found up the call stack.
         self.kernel: Any = None
@@ -120,7 +127,7 @@ class ConfigPruner:
             decision, order = self._prune(configs, named_args, kwargs, notes)
         except Exception as exc:  # never stop tuning: benchmark all that can launch instead
             notes.append(("error", f"pruning failed ({type(exc).__name__}: {exc})"))
-            decision, order = self._fallback(configs, notes)
+            decision, order = keep_launchable(configs, notes)
         kept = [configs[i] for i in order[: decision.k]]
         decision.ranked = [int(i) for i in order]
         decision.fallbacks = list(dict.fromkeys(c for c, _ in notes))
@@ -128,32 +135,18 @@ class ConfigPruner:
         decision.warnings = self._warn(notes, f"benchmarking {len(kept)} of {len(configs)} "
                                        "configs")
         decision.elapsed_ms = (time.perf_counter() - start) * 1e3
-        if self.after_prune is not None:
+        after = self.after_prune
+        if after is None and self.precompile is not False:
+            after = precompiler(calling_tuner(), self.precompile)
+        if after is not None:
             start = time.perf_counter()
             try:
-                decision.precompiled = self.after_prune(kept, named_args, kwargs,
-                                                        decision.family)
+                decision.precompiled = after(kept, named_args, kwargs, decision.family)
             except Exception:  # precompiling only saves time; Triton compiles what it lacks
                 pass
             decision.precompile_ms = (time.perf_counter() - start) * 1e3
         self.last = decision
         return kept
-
-    def _fallback(self, configs: Sequence[Any], notes: list[tuple[str, str]]
-                  ) -> tuple[PruneDecision, np.ndarray]:
-        """Keep every config whose launch options can run (all of them if none can)."""
-        try:
-            refused = feasibility.refuse_options(configs)
-        except Exception:
-            refused = {}
-        alive = np.array([i for i in range(len(configs)) if i not in refused] or
-                         range(len(configs)), dtype=int)
-        texts = [feasibility.config_text(c) for c in configs]
-        decision = PruneDecision(len(configs), len(alive), [texts[i] for i in alive])
-        if len(alive) < len(configs):
-            decision.dropped = _dropped(configs, refused)
-            notes.append(("infeasible", feasibility.summary(configs, refused)))
-        return decision, alive
 
     def config_keys(self, configs: Sequence[Any]) -> np.ndarray:
         """Canonical keys of ``configs`` (the tie-break order)."""
@@ -201,7 +194,7 @@ class ConfigPruner:
 
         def keep_alive() -> tuple[PruneDecision, np.ndarray]:
             decision = PruneDecision(n, len(alive), [keys[i] for i in alive])
-            decision.dropped = _dropped(configs, refused)
+            decision.dropped = feasibility.dropped(configs, refused)
             return decision, alive
 
         if refused:
@@ -263,6 +256,8 @@ class ConfigPruner:
         from costtune.evaluate.metrics import rank_positions
         from costtune.features.static import static_features_for
         from costtune.tune.ranking import score
+        from costtune.tune.trained import keep_untrained
+
         n, keys = len(configs), self.config_keys(configs)
         live = [params[i] for i in alive]
         features = static_features_for(launch.family, launch.problem, launch.dtype, live,
@@ -281,14 +276,17 @@ class ConfigPruner:
         k = cap if doubts else k0  # a doubt on the whole launch widens every slot
         notes.extend(doubts)
         if self.range_margin is not None:  # config values never trained on
-            k = max(k, self._untrained(launch.family, {c: v[alive] for c, v in columns.items()},
-                                       features["elems_per_thread"].to_numpy(), sub_order,
-                                       k=k0, cap=cap, notes=notes))
+            grown, doubt = keep_untrained(launch.family,
+                                          {c: v[alive] for c, v in columns.items()},
+                                          features["elems_per_thread"].to_numpy(), sub_order,
+                                          k=k0, cap=cap)
+            k = max(k, grown)
+            notes.extend(doubt)
         order = alive[sub_order]
         scores = np.full(n, np.nan)
         scores[alive] = live_scores
         decision = PruneDecision(n, k, [], launch.family, launch.problem, launch.dtype, scores)
-        decision.dropped = _dropped(configs, refused)
+        decision.dropped = feasibility.dropped(configs, refused)
         decision.knobs = knobs
         if self.two_stage and k < len(alive):
             sub_order = self._stage2(launch, live, features, keys[alive], sub_order, decision,
@@ -299,28 +297,6 @@ class ConfigPruner:
             order = alive[sub_order]
         decision.kept = [keys[i] for i in order[:k]]
         return decision, order
-
-    def _untrained(self, family: str, columns: dict[str, np.ndarray], elems: np.ndarray,
-                   sub_order: np.ndarray, *, k: int, cap: int,
-                   notes: list[tuple[str, str]]) -> int:
-        """k, grown so that the ``k`` best-ranked configs with trained values are kept and,
-        besides them, every config with a value the training data never had that the model
-        ranks above the last of them (it cannot be trusted either way, so it is measured);
-        at most ``cap`` (``widen`` x k, what any doubt keeps)."""
-        from costtune.tune.trained import config_doubts, unseen_values
-
-        unseen = unseen_values(family, columns, elems_per_thread=elems)
-        if not unseen or not any(int(j) in unseen for j in sub_order[:k]):
-            return k
-        trusted, grown = 0, cap
-        for pos, j in enumerate(sub_order[:cap]):
-            trusted += int(j) not in unseen
-            if trusted == k:
-                grown = pos + 1
-                break
-        notes.extend(config_doubts(family, columns, elems_per_thread=elems,
-                                   among=sub_order[:grown]))
-        return grown
 
     def _stage2(self, launch: Any, params: list[dict], features: Any, keys: np.ndarray,
                 order: np.ndarray, decision: PruneDecision,
@@ -367,18 +343,14 @@ class ConfigPruner:
         return [text]
 
 
-def _dropped(configs: Sequence[Any], refused: Mapping[int, str]) -> dict[str, str]:
-    """{config as given: why it cannot launch} (the canonical key would cast num_warps=4.0)."""
-    return {feasibility.config_text(configs[i]): why for i, why in sorted(refused.items())}
-
-
 def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str | None = None,
                      problem: ProblemSpec = None, params: Mapping[str, str] | None = None,
                      dtype: str | None = None, two_stage: bool = False, shortlist: int = 32,
                      stage2_model: Any = None, widen: int | None = 4,
                      range_margin: float | None = 1.0, workers: int | None = None,
                      cache_dir: str | os.PathLike | None = None,
-                     preload: bool = True, trust_family: bool = False) -> dict[str, Any]:
+                     preload: bool = True, trust_family: bool = False,
+                     precompile: bool | int = True) -> dict[str, Any]:
     """``prune_configs_by=`` for ``@triton.autotune``: Triton benchmarks the ``top_k`` configs
     the cost model ranks fastest (a float <= 1 is a fraction of the list; never fewer than 1).
 
@@ -400,7 +372,10 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     kept config that fails anyway, and ``check=``, need ``costtune.autotune``, which owns the
     benchmark loop. ``preload``: start loading the model now, in a background thread, so the
     first tuning call does not wait ~1.5-3 s for xgboost's imports and the booster
-    (``tune.preload``).
+    (``tune.preload``). ``precompile``: under plain ``triton.autotune``, compile the kept
+    configs in parallel threads (True: one per usable core; an int: that many; False: Triton
+    compiles them one by one as it benchmarks) before Triton benchmarks them (GPU only; a
+    config with a ``pre_hook`` is left to Triton).
 
     >>> import triton, costtune
     >>> @triton.autotune(configs=[triton.Config({"BLOCK_M": 64, "BLOCK_N": 64,
@@ -415,7 +390,8 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
                       trust_family=trust_family)
     pruner = ConfigPruner(model=model, top_k=top_k, spec=spec, two_stage=two_stage,
                           shortlist=shortlist, stage2_model=stage2_model, widen=widen,
-                          range_margin=range_margin, workers=workers, cache_dir=cache_dir)
+                          range_margin=range_margin, workers=workers, cache_dir=cache_dir,
+                          precompile=precompile)
     if preload:
         start_preload(model, family, two_stage=two_stage, stage2_model=stage2_model)
     return {"early_config_prune": pruner}

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["build", "config_doubts", "load_trained", "unseen_values"]
+__all__ = ["build", "config_doubts", "keep_untrained", "load_trained", "unseen_values"]
 
 FILE_NAME = "trained_configs_h200.json"
 _DERIVED = ("elems_per_thread",)
@@ -90,6 +90,27 @@ def config_doubts(family: str, columns: Mapping[str, Any], *, elems_per_thread: 
     shown = "; ".join(dict.fromkeys(list(unseen.values())[:3]))
     return [("config", f"{len(unseen)} {family} config(s) with values outside the training "
              f"data rank among those kept: {shown}")]
+
+
+def keep_untrained(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
+                   order: Sequence[int], *, k: int, cap: int
+                   ) -> tuple[int, list[tuple[str, str]]]:
+    """(how many of ``order`` (positions best first) to keep, the doubt to note): ``k`` when
+    no config with untrained values ranks in the first ``k``; else enough that the ``k``
+    best-ranked configs with trained values are kept and, besides them, every untrained one
+    ranked above the last of them (the model cannot be trusted on those either way, so they
+    are measured), at most ``cap``."""
+    unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread)
+    if not unseen or not any(int(j) in unseen for j in order[:k]):
+        return k, []
+    trusted, grown = 0, cap
+    for pos, j in enumerate(order[:cap]):
+        trusted += int(j) not in unseen
+        if trusted == k:
+            grown = pos + 1
+            break
+    return grown, config_doubts(family, columns, elems_per_thread=elems_per_thread,
+                                among=order[:grown])
 
 
 def build(dataset: str | Path) -> dict[str, Any]:
