@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -19,6 +20,8 @@ import costtune
 from costtune.kernels import gemm, relative_error
 from costtune.model.features import config_rows
 from costtune.model.xgb import CostModel
+from costtune.tune.decision import config_key
+from costtune.tune.precompile import precompiler
 from costtune.tune.pruner import keep_count
 from costtune.types import Config
 
@@ -606,3 +609,45 @@ def test_preload_loads_the_model_before_the_first_call(model, monkeypatch, tmp_p
         join_preloads()
         run_tiny_matmul(tuner, 16, 128, 256)
     assert tuner.early_config_prune.last.k == len(USER)
+
+
+@pytest.mark.parametrize("option", [True, 3, False])
+def test_plain_autotune_hook_precompiles_what_it_keeps(option, monkeypatch):
+    """Under plain triton.autotune the pruner hands the kept configs (and only those) to the
+    parallel precompile before Triton benchmarks them, with the thread count asked for;
+    precompile=False leaves compiling to Triton; costtune.autotune's own tuner is skipped."""
+    import costtune.tune.precompile as module
+
+    calls = []
+    monkeypatch.setattr(module, "precompile", lambda tuner, kept, **kw: calls.append(
+        (tuner, [str(c) for c in kept], kw["threads"])) or (len(kept), len(kept)))
+
+    @triton.jit
+    def hooked_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
+                      BK: tl.constexpr):
+        masked_tile_matmul(x, y, out, m, n, k, BM, BN, BK)
+
+    configs = [triton.Config({"BM": 32, "BN": bn, "BK": 32}, num_warps=4, num_stages=2)
+               for bn in (32, 64, 128)]
+    hook = costtune.prune_configs_by("h200", 2, family="gemm", precompile=option,
+                                     params={"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"})
+    tuner = triton.autotune(configs, key=["m", "n", "k"], prune_configs_by=hook,
+                            do_bench=Bench())(hooked_matmul)
+    m, n, k = 16, 128, 64
+    x, y = torch.randn(m, k).half(), torch.randn(k, n).half()
+    c = torch.empty(m, n)
+    tuner[lambda meta: (triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"]))](
+        x, y, c, m, n, k)
+    assert torch.allclose(c, x.float() @ y.float(), rtol=1e-3, atol=1e-3)
+    last = tuner.early_config_prune.last
+    if option is False:
+        assert calls == [] and last.precompiled is None
+        return
+    assert len(calls) == 1 and calls[0][0] is tuner
+    assert calls[0][1] == [str(c) for c in configs if config_key(c) in last.kept]
+    assert len(calls[0][1]) == last.k and calls[0][2] == (None if option is True else 3)
+    assert last.precompiled == (last.k, last.k)
+    assert precompiler(object(), True) is not None and precompiler(None, True) is None
+    assert precompiler(SimpleNamespace(precompile_threads=True), True) is None
+    with pytest.raises(ValueError, match="precompile"):
+        costtune.prune_configs_by("h200", 2, precompile=0)
