@@ -24,21 +24,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.cold_tune.cases import CACHED, CASES, METHODS, ROOT, estimate_s
+from experiments.cold_tune.cases import CACHED, CASES, METHODS, ROOT, estimate_s, parse_method
 
 MODULE = "experiments.cold_tune.child"
 
 
-def plan(cases: list[str], *, shapes: int, done: set[tuple], cached: bool
-         ) -> list[tuple[str, int, str, float]]:
+def plan(cases: list[str], *, shapes: int, done: set[tuple], cached: bool,
+         methods: list[str] = METHODS) -> list[tuple[str, int, str, float]]:
     """(case, shape, method, estimated s) in priority order: every shape of a case, each
     with the reference first; the cache-hit pair after a case's first shape."""
     runs = []
     for name in cases:
         case = CASES[name]
         for i in range(min(shapes, len(case.shapes))):
-            methods = METHODS + ([CACHED] if cached and i == 0 else [])
-            for method in methods:
+            for method in methods + ([CACHED] if cached and i == 0 else []):
                 if (name, i, method) not in done:
                     est = estimate_s(case, method) * (2 if method == CACHED else 1)
                     runs.append((name, i, method, est))
@@ -135,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--shapes", type=int, default=3, help="shapes per case")
     ap.add_argument("--no-cache-pair", action="store_true")
+    ap.add_argument("--methods", default=",".join(METHODS), help="in priority order")
     ap.add_argument("--deadline-s", type=float, default=540.0)
     ap.add_argument("--retime-s", type=float, default=60.0, help="kept for the re-timings")
     ap.add_argument("--rounds", type=int, default=5)
@@ -156,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     records = load(args.out / "runs.jsonl")
     done = {(r["case"], r["shape_index"], r["method"]) for r in records
             if r.get("status") == "ok"}
-    todo = plan(cases, shapes=args.shapes, done=done, cached=not args.no_cache_pair)
+    methods = [m for m in args.methods.split(",") if m]
+    for m in methods:
+        parse_method(m)  # a one-line error for a bad name
+    todo = plan(cases, shapes=args.shapes, done=done, cached=not args.no_cache_pair,
+                methods=methods)
     print(f"plan: {len(todo)} runs, ~{sum(e for *_, e in todo):.0f} s; "
           f"deadline {args.deadline_s:.0f} s")
     for name, i, method, est in todo:
