@@ -8,6 +8,7 @@ Triton 3.6 turns ``cache_results`` off under ``TRITON_INTERPRET=1`` and its cach
 GPU target and a compiled function's ``cache_key``, which the interpreter lacks. The cache-hit
 test stands those in (``_interpreter_cache``: the tuner's flag set back on, an H200 target, a
 hash of the kernel's source) and runs the rest of Triton's ``check_disk_cache`` as it is.
+costtune's kept-list cache (``tune.kept_cache``) uses the same stand-ins: a hit runs no pruner.
 """
 
 from __future__ import annotations

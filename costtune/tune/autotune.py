@@ -51,7 +51,11 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
 
     ``cache_results=True`` (Triton's option) stores each tuning's timings on disk; a later
     process with the same key, configs and model benchmarks nothing (the list costtune
-    keeps, which Triton's cache key hashes, is the same in every process). ``ranks``: under
+    keeps, which Triton's cache key hashes, is the same in every process). costtune stores
+    its kept list beside them (``tune.kept_cache``, keyed by the kernel, tuning key, configs,
+    pruner options and model files), so such a process does not prune either: the pruner
+    never runs and no model loads (nor, once a kept list of the kernel was stored, is it
+    preloaded); ``tuner.kept_from_cache`` says whether it did. ``ranks``: under
     ``torch.distributed``, ``"rank0"`` makes rank 0 tune each new key and broadcast its
     choice, which the other ranks launch without benchmarking, so every rank runs the same
     config (each rank must make the same tuning calls in the same order); ``"each"``

@@ -24,8 +24,11 @@ If nothing can run, the kept list is returned unchanged and Triton fails exactly
 tuning would (the same error reaches the user). ``warmup`` keeps Triton's behaviour. With
 ``cache_results=True`` Triton's disk cache is keyed by the pruner's kept list (the same in every
 process: rank order, ties by config key) and looked up before anything is benchmarked; a hit
-benchmarks nothing. ``ranks="rank0"``: rank 0 tunes, the other ranks take its choice
-(``tune.ranks``).
+benchmarks nothing. Before that, the kept list itself is looked up on disk (``tune.kept_cache``,
+keyed by everything that decides it); a hit skips the pruner (no model load, no ranking) and
+``kept_from_cache`` says so. If Triton's timings are then missing, the kept configs are
+benchmarked without replacements (there is no ranking to take them from). ``ranks="rank0"``:
+rank 0 tunes, the other ranks take its choice (``tune.ranks``).
 """
 
 from __future__ import annotations
