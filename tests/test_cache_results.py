@@ -8,6 +8,7 @@ Triton 3.6 turns ``cache_results`` off under ``TRITON_INTERPRET=1`` and its cach
 GPU target and a compiled function's ``cache_key``, which the interpreter lacks. The cache-hit
 test stands those in (``_interpreter_cache``: the tuner's flag set back on, an H200 target, a
 hash of the kernel's source) and runs the rest of Triton's ``check_disk_cache`` as it is.
+costtune's kept-list cache (``tune.kept_cache``) uses the same stand-ins: a hit runs no pruner.
 """
 
 from __future__ import annotations
@@ -54,13 +55,28 @@ def _interpreter_cache(tuner) -> None:
         lambda self: hashlib.sha256(inspect.getsource(self.fn).encode()).hexdigest())
 
 
-def worker(out: str, cache: str) -> None:
-    """One process's tuning call; writes what it benchmarked, chose and handed to Triton."""
+def worker(out: str, cache: str, options: str = "{}") -> None:
+    """One process's tuning call; writes what it benchmarked, chose and handed to Triton, and
+    how often the pruner ran. ``options`` (JSON): ``top_k``, ``model``, ``configs`` (how many
+    of CONFIGS), ``learn``."""
+    from costtune.tune.pruner import ConfigPruner
+
+    opts = json.loads(options)
+    pruned = []
+    call = ConfigPruner.__call__
+
+    def counted(self, *args, **kwargs):
+        pruned.append(1)
+        return call(self, *args, **kwargs)
+
+    ConfigPruner.__call__ = counted
     bench = Bench()
-    tuner = costtune.autotune(CONFIGS, key=["m", "n", "k"], top_k=2, model="h200",
+    tuner = costtune.autotune(CONFIGS[:opts.get("configs", len(CONFIGS))], key=["m", "n", "k"],
+                              top_k=opts.get("top_k", 2), model=opts.get("model", "h200"),
                               family="gemm", problem={"M": "m", "N": ("y", 1), "K": "k"},
                               params={"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"},
-                              do_bench=bench, cache_results=cache == "on")(_cached_matmul)
+                              do_bench=bench, cache_results=cache == "on",
+                              learn=opts.get("learn", False))(_cached_matmul)
     handed: list[list[str]] = []
     if cache == "on":
         _interpreter_cache(tuner)
@@ -78,23 +94,28 @@ def worker(out: str, cache: str) -> None:
     tuner[lambda meta: (triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"]))](
         x, y, c, m, n, k)
     assert torch.allclose(c, x.float() @ y.float(), rtol=1e-3, atol=1e-3)
-    last = tuner.early_config_prune.last
+    last = tuner.early_config_prune.last  # None when the pruner did not run
     Path(out).write_text(json.dumps({
         "calls": bench.calls, "best": str(tuner.best_config), "handed": handed,
-        "kept": last.kept, "ranked": last.ranked, "timed": len(tuner.configs_timings)}))
+        "kept": last and last.kept, "ranked": last and last.ranked,
+        "timed": len(tuner.configs_timings), "pruned": len(pruned),
+        "kept_from_cache": tuner.kept_from_cache, "xgboost": "xgboost" in sys.modules}))
 
 
 def run_workers(tmp_path: Path, cache: str, seeds: tuple[int, ...], *, shared: bool,
-                parallel: bool) -> list[dict]:
-    """``worker`` in one fresh process per hash seed; their results in seed order."""
+                parallel: bool, options: tuple[dict, ...] = ()) -> list[dict]:
+    """``worker`` in one fresh process per hash seed (with ``options[i]``, default none);
+    their results in seed order."""
     procs, outs = [], []
-    for seed in seeds:
+    for i, seed in enumerate(seeds):
         out = tmp_path / f"out{seed}.json"
+        opts = json.dumps(options[i] if i < len(options) else {})
         env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONHASHSEED": str(seed),
+               "COSTTUNE_HOME": str(tmp_path / "home"),
                "TRITON_CACHE_DIR": str(tmp_path / ("cache" if shared else f"cache{seed}"))}
         code = ("import sys; sys.path[:0] = [sys.argv[1]]; import test_cache_results as t; "
-                "t.worker(sys.argv[2], sys.argv[3])")
-        proc = subprocess.Popen([sys.executable, "-c", code, str(TESTS), str(out), cache],
+                "t.worker(sys.argv[2], sys.argv[3], sys.argv[4])")
+        proc = subprocess.Popen([sys.executable, "-c", code, str(TESTS), str(out), cache, opts],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         if not parallel:
             assert proc.wait(timeout=240) == 0, proc.stdout.read().decode()[-3000:]
@@ -120,6 +141,53 @@ def test_second_process_hits_the_disk_cache(tmp_path):
     # The list whose strings Triton hashes: the kept configs, in rank order, in both processes
     assert first["handed"] == second["handed"] and len(first["handed"]) == 1
     assert [costtune_key(s) for s in first["handed"][0]] == first["kept"]
+    # The kept list came from disk: the pruner never ran and no model was loaded
+    assert first["pruned"] == 1 and first["kept_from_cache"] is False
+    assert second["pruned"] == 0 and second["kept_from_cache"] is True
+    assert not second["xgboost"] and second["kept"] is None
+
+
+def test_kept_list_misses_when_what_decides_it_changes(tmp_path):
+    import shutil
+
+    from costtune.model.files import resolve
+
+    for source in resolve("h200"):  # a model given by path, whose file is then touched
+        shutil.copy(source, tmp_path / f"model{source.suffix}")
+    model = {"model": str(tmp_path / "model")}
+    first, again = run_workers(tmp_path, "on", (1, 2), shared=True, parallel=False,
+                               options=(model, model))
+    assert first["kept_from_cache"] is False and again["kept_from_cache"] is True
+    assert again["pruned"] == 0 and again["calls"] == 0
+    stamp = os.stat(tmp_path / "model.json").st_mtime_ns + 10**9
+    os.utime(tmp_path / "model.json", ns=(stamp, stamp))
+    changed = ({**model, "configs": len(CONFIGS) - 1}, {**model, "top_k": 3}, model)
+    for out in run_workers(tmp_path, "on", (3, 4, 5), shared=True, parallel=True,
+                           options=changed):
+        assert out["kept_from_cache"] is False and out["pruned"] == 1
+    assert len(list((tmp_path / "cache").rglob("*.costtune_kept.json"))) == 4
+
+
+def test_kept_list_hit_without_triton_timings_still_tunes(tmp_path):
+    (first,) = run_workers(tmp_path, "on", (1,), shared=True, parallel=False)
+    timings = list((tmp_path / "cache").rglob("*.autotune.json"))
+    assert len(timings) == 1
+    timings[0].unlink()  # Triton's own cache misses; costtune's kept list still hits
+    (second,) = run_workers(tmp_path, "on", (2,), shared=True, parallel=False)
+    assert second["kept_from_cache"] is True and second["pruned"] == 0
+    kept = first["handed"][0]
+    assert second["handed"] == [kept]  # the same list, benchmarked again, no replacements
+    assert second["calls"] == second["timed"] == len(kept)
+    assert second["best"] in kept  # (the worker checked the output too)
+
+
+def test_learn_never_uses_the_kept_list_cache(tmp_path):
+    learn = {"learn": True}
+    first, second = run_workers(tmp_path, "on", (1, 2), shared=True, parallel=False,
+                                options=(learn, learn))
+    assert first["kept_from_cache"] is None and second["kept_from_cache"] is None
+    assert first["pruned"] == second["pruned"] == 1
+    assert not list((tmp_path / "cache").rglob("*.costtune_kept.json"))
 
 
 def costtune_key(text: str) -> str:

@@ -51,7 +51,11 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
 
     ``cache_results=True`` (Triton's option) stores each tuning's timings on disk; a later
     process with the same key, configs and model benchmarks nothing (the list costtune
-    keeps, which Triton's cache key hashes, is the same in every process). ``ranks``: under
+    keeps, which Triton's cache key hashes, is the same in every process). costtune stores
+    its kept list beside them (``tune.kept_cache``, keyed by the kernel, tuning key, configs,
+    pruner options and model files), so such a process does not prune either: the pruner
+    never runs and no model loads (nor, once a kept list of the kernel was stored, is it
+    preloaded); ``tuner.kept_from_cache`` says whether it did. ``ranks``: under
     ``torch.distributed``, ``"rank0"`` makes rank 0 tune each new key and broadcast its
     choice, which the other ranks launch without benchmarking, so every rank runs the same
     config (each rank must make the same tuning calls in the same order); ``"each"``
@@ -67,7 +71,8 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
     """
     prune_kw, triton_kw = _split(options, precompile=precompile, bench=bench, ranks=ranks)
     adaptive, top_k = _budget(budget, top_k=top_k, learn=learn, model=model)
-    prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)  # checks now
+    prune_configs_by(model, top_k, family=family, problem=problem,
+                     **{**prune_kw, "preload": False})  # checks now; the kernel's call preloads
     from costtune.tune.guard import check_spec
 
     spec = check_spec(check)
@@ -77,7 +82,10 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
         from costtune.tune.tuner import SafeAutotuner
 
         # One pruner per kernel: its warnings and caches belong to that kernel.
-        prune = prune_configs_by(model, top_k, family=family, problem=problem, **prune_kw)
+        kw = prune_kw
+        if "preload" not in kw and not learn and _kept_list_stored(fn, triton_kw):
+            kw = {**kw, "preload": False}  # a kept-list cache hit loads no model
+        prune = prune_configs_by(model, top_k, family=family, problem=problem, **kw)
         rest = {k: v for k, v in triton_kw.items() if k not in ("reset_to_zero", "restore_value")}
         threads = precompile if precompile is False or precompile is True else int(precompile)
         return SafeAutotuner(fn, fn.arg_names, configs, key, triton_kw.get("reset_to_zero"),
@@ -87,6 +95,17 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
                              ranks=ranks, **rest)
 
     return decorator
+
+
+def _kept_list_stored(fn: Any, triton_kw: dict[str, Any]) -> bool:
+    """With ``cache_results``, whether a kept list of ``fn`` was stored before
+    (``tune.kept_cache.seen``): a later call likely finds its list on disk, and a model
+    loading in the background meanwhile would only slow that call (the GIL)."""
+    from triton import knobs
+
+    from costtune.tune.kept_cache import seen
+
+    return bool(triton_kw.get("cache_results") or knobs.autotuning.cache) and seen(fn)
 
 
 def _split(options: dict[str, Any], *, precompile: Any, bench: Any, ranks: Any

@@ -24,8 +24,11 @@ If nothing can run, the kept list is returned unchanged and Triton fails exactly
 tuning would (the same error reaches the user). ``warmup`` keeps Triton's behaviour. With
 ``cache_results=True`` Triton's disk cache is keyed by the pruner's kept list (the same in every
 process: rank order, ties by config key) and looked up before anything is benchmarked; a hit
-benchmarks nothing. ``ranks="rank0"``: rank 0 tunes, the other ranks take its choice
-(``tune.ranks``).
+benchmarks nothing. Before that, the kept list itself is looked up on disk (``tune.kept_cache``,
+keyed by everything that decides it); a hit skips the pruner (no model load, no ranking) and
+``kept_from_cache`` says so. If Triton's timings are then missing, the kept configs are
+benchmarked without replacements (there is no ranking to take them from). ``ranks="rank0"``:
+rank 0 tunes, the other ranks take its choice (``tune.ranks``).
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ class SafeAutotuner(Autotuner):
         self.adaptive: Any = None  # the latest adaptive loop's AdaptiveResult
         self.rejected: dict[str, str] = {}
         self._tuning = False
+        # cache_results: whether the latest tuning's kept list came from disk
+        # (``tune.kept_cache``); None when that cache was not used.
+        self.kept_from_cache: bool | None = None
+        self._kept_hit = False
         self._timed: dict[int, Any] = {}
         self._warned: set[str] = set()
 
@@ -112,13 +119,33 @@ class SafeAutotuner(Autotuner):
         return timed if timed is not None else super()._bench(*args, config=config, **meta)
 
     def prune_configs(self, kwargs: dict) -> list[Any]:
-        kept = super().prune_configs(kwargs)
         if not self._tuning or getattr(self, "nargs", None) is None:
-            return kept  # warmup(): compile what is kept, as Triton does
+            return super().prune_configs(kwargs)  # warmup(): compile what is kept, as Triton
+        self.kept_from_cache, self._kept_hit = None, False
         if self.cache_results:  # tuned in check_disk_cache, on a miss only
             self._kwargs = kwargs
-            return list(kept)
-        return self._tune(kept, kwargs)
+            return list(self._cached_prune(kwargs))
+        return self._tune(super().prune_configs(kwargs), kwargs)
+
+    def _cached_prune(self, kwargs: dict) -> list[Any]:
+        """The kept list from disk (``tune.kept_cache``: the pruner does not run, no model
+        loads), else the pruner's, then stored for later processes."""
+        from costtune.tune import kept_cache
+
+        key = kept_cache.key_for(self, kwargs)
+        if key is None:
+            return super().prune_configs(kwargs)
+        kept = kept_cache.lookup(self, key)
+        self.kept_from_cache = kept is not None
+        if kept is not None:
+            self._kept_hit = True
+            self.early_config_prune.last = None  # no decision for this key: none was made
+            return kept
+        kept = super().prune_configs(kwargs)
+        decision = self._decision()
+        if decision is not None and "error" not in decision.fallbacks:
+            kept_cache.store(self, key, kept)  # a failed pruning is not stored
+        return kept
 
     def check_disk_cache(self, tuning_key: Any, configs: list[Any], bench_fn: Any) -> bool:
         """Triton's disk cache, keyed by the pruned list (``configs``, the pruner's kept
@@ -135,6 +162,10 @@ class SafeAutotuner(Autotuner):
         return self._from_disk
 
     def _decision(self) -> Any:
+        """The pruner's decision for the key being tuned; None after a kept-list cache hit
+        (the pruner did not run: the kept configs are tuned without replacements)."""
+        if self._kept_hit:
+            return None
         return getattr(self.early_config_prune, "last", None)
 
     def _reserve(self, kept: Sequence[Any]) -> list[Any]:
