@@ -651,3 +651,23 @@ def test_plain_autotune_hook_precompiles_what_it_keeps(option, monkeypatch):
     assert precompiler(SimpleNamespace(precompile_threads=True), True) is None
     with pytest.raises(ValueError, match="precompile"):
         costtune.prune_configs_by("h200", 2, precompile=0)
+
+
+def test_precompile_runs_a_configs_pre_hook_on_copied_descriptors():
+    """A tutorial-06 style pre_hook sets the host descriptors' block shapes: the precompile
+    compiles for those shapes, on copies, leaving the caller's descriptors as they were."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from costtune.tune.precompile import _hooked
+
+    t = torch.empty(64, 32, dtype=torch.float16)
+    desc = TensorDescriptor(t, shape=[64, 32], strides=[32, 1], block_shape=[1, 1])
+
+    def hook(nargs):
+        nargs["desc"].block_shape = [nargs["BLOCK_M"], 32]
+
+    configs = [triton.Config({"BLOCK_M": bm}, pre_hook=hook) for bm in (16, 64)]
+    calls = [_hooked({"desc": desc, "n": 64}, {"grid": (1,)}, c) for c in configs]
+    assert [c[0].block_shape for c in calls] == [[16, 32], [64, 32]]
+    assert calls[0][1] == 64 and calls[0][0].base is t
+    assert desc.block_shape == [1, 1]

@@ -15,6 +15,7 @@ only: the interpreter compiles nothing.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,9 +41,10 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
     """Compile ``configs`` of ``tuner`` (a triton Autotuner) for this call's arguments, in
     ``threads`` threads (default: one per usable core, at most one per config); returns
     (compiled, submitted), or None when skipped (no GPU, the interpreter, fewer than
-    ``min_configs`` configs, a kernel under another autotuner). A config whose compile fails,
-    or that has a ``pre_hook``, is left to the benchmark loop, which compiles it as it would
-    have. ``outcomes``, when given, receives one entry per config: "ok", "failed" (the compile
+    ``min_configs`` configs, a kernel under another autotuner). A config with a ``pre_hook``
+    is compiled for the arguments its hook sets (``_hooked``); one whose compile fails (or
+    whose hook raises) is left to the benchmark loop, which compiles it as it would have.
+    ``outcomes``, when given, receives one entry per config: "ok", "failed" (the compile
     raised), "too_big" (compiled, but needs more shared memory than this GPU has: it would
     raise OutOfResources at launch) or None (not compiled here)."""
     if len(configs) < min_configs or not can_precompile() or not _compiles_directly(tuner):
@@ -58,15 +60,12 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
         try:
             with mode:
                 for config in configs:
-                    if config.pre_hook is not None:
-                        # It runs before each benchmark launch and may change what compiles
-                        # (a TMA descriptor's block shape): Triton compiles it then.
-                        kernels.append(None)
-                        continue
                     try:
                         # The launch the benchmark makes (tuner.fn may be a Heuristics
                         # wrapper, which adds its values), with warmup=True: compile only.
-                        kernels.append(tuner.fn.run(*args, warmup=True,
+                        call = (args if config.pre_hook is None
+                                else _hooked(named_args, meta, config))
+                        kernels.append(tuner.fn.run(*call, warmup=True,
                                                     **{**meta, **config.all_kwargs()}))
                     except Exception:  # e.g. a config the binder rejects: the benchmark
                         kernels.append(None)  # meets and reports the same failure
@@ -78,6 +77,20 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
     if outcomes is not None:
         outcomes.extend(_outcome(k) for k in kernels)
     return sum(_compiled(k) for k in kernels), len(configs)
+
+
+def _hooked(named_args: Mapping[str, Any], meta: Mapping[str, Any], config: Any) -> list:
+    """The positional arguments as ``config.pre_hook`` leaves them before its benchmark
+    launch (Triton's tutorials set host TensorDescriptors' block shapes there, which changes
+    what compiles), run on copies of the descriptors so that configs compiled side by side
+    do not see each other's shapes; tensors are the caller's, as in Triton's own calls."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    copies = {k: copy.copy(v) if isinstance(v, TensorDescriptor) else v
+              for k, v in named_args.items()}
+    full = {**copies, **meta, **config.all_kwargs()}
+    config.pre_hook(full)
+    return [full[k] for k in named_args]
 
 
 def precompiler(tuner: Any, threads: bool | int) -> Any:
