@@ -213,8 +213,8 @@ def _write_atomic(path: Path, write: Any) -> None:
 
 
 def _remove_old(folder: Path, *, keep: set[str]) -> None:
-    for path in folder.glob("model-*"):
-        if path.stem not in keep:
+    for path in folder.glob("model-*"):  # .json, .ubj and .forest.npz of each stem
+        if path.name.split(".")[0] not in keep:
             try:
                 path.unlink()
             except OSError:
