@@ -216,3 +216,26 @@ def test_hook_imports_no_xgboost():
     kept, total = map(int, lines["KEPT"].split())
     assert total == 48 and 4 <= kept < total
     assert lines["LOADED"] == "[]"
+
+
+def _doc(trees, base="5E-1", objective="reg:squarederror"):
+    return {"learner": {"objective": {"name": objective},
+                        "learner_model_param": {"base_score": base, "num_feature": "2",
+                                                "num_class": "0", "num_target": "1"},
+                        "gradient_booster": {"name": "gbtree", "model": {"trees": trees}}}}
+
+
+def test_from_json_follows_xgboosts_rule_on_any_node_numbering():
+    # root (feature 0 < 1.0, missing right) has its children numbered 2 (left) and 1 (right);
+    # node 1 splits feature 1 < -2.0 (missing left); node 3 is unreachable (deleted).
+    tree = {"left_children": [2, 4, -1, -1, -1, -1], "right_children": [1, 5, -1, -1, -1, -1],
+            "split_indices": [0, 1, 0, 0, 0, 0], "default_left": [0, 1, 0, 0, 0, 0],
+            "split_conditions": [1.0, -2.0, 10.0, 99.0, 20.0, 30.0]}
+    forest = Forest.from_json(_doc([tree]))
+    assert forest.depth == 2 and len(forest.cond) == 5
+    x = np.array([[0.5, 0], [1.0, -3], [1.0, 0], [np.nan, np.nan], [2, np.nan], [np.nan, 5]],
+                 dtype=np.float32)
+    assert forest.predict(x).tolist() == [10.5, 20.5, 30.5, 20.5, 20.5, 30.5]
+    assert Forest.from_json(_doc([tree], base="[-0E0]")).predict(x[:1]).tolist() == [10.0]
+    with pytest.raises(ValueError, match="margin objectives"):
+        Forest.from_json(_doc([tree], objective="binary:logistic"))
