@@ -3,7 +3,9 @@
 A saved model is a pair beside each other, named by one stem: ``<stem>.json`` (metadata) and
 ``<stem>.ubj`` (the XGBoost booster). The JSON's ``booster`` field is informational: loading
 always reads the ``.ubj`` of the JSON's own stem, so a copied or renamed pair (``v1.json`` +
-``v1.ubj``) loads its own booster, never the file it was copied from.
+``v1.ubj``) loads its own booster, never the file it was copied from. ``<stem>.forest.npz``
+beside them (``costtune.model.forest``) holds the booster's trees for scoring without
+xgboost; it records the sha256 of the ``.ubj`` it was made from and is ignored when stale.
 
 A bare name (no folder, no suffix) is looked up as a path first, then among the shipped models
 (``costtune/models``), then among the user's models: ``$COSTTUNE_HOME/models``, else

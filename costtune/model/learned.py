@@ -7,8 +7,9 @@ else ``~/.cache/costtune``) holds
 
 - ``rows.parquet``: every harvested row of the kernel (family-labelled: ``kernel`` is the
   family, the config columns carry the family's parameter names);
-- ``model-<id>.json`` + ``.ubj``: a ``CostModel``, the base model's booster with trees added
-  on those rows (XGBoost's continued training, ``xgb_model=``);
+- ``model-<id>.json`` + ``.ubj`` (+ ``.forest.npz``, what the pruning hook scores with): a
+  ``CostModel``, the base model's booster with trees added on those rows (XGBoost's continued
+  training, ``xgb_model=``);
 - ``current.json``: which model is current, its base model and family, the rows it learned.
 
 ``update`` holds the folder's lock (``filelock``) while it merges the new rows into

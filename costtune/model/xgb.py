@@ -239,9 +239,10 @@ class CostModel(BaseEstimator):
 
     # -------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> Path:
-        """Write ``<path>.json`` (metadata) and ``<path>.ubj`` (booster); returns the JSON path.
-        The two belong together by their stem (``costtune.model.files``): a copied or renamed
-        pair loads its own booster.
+        """Write ``<path>.json`` (metadata), ``<path>.ubj`` (booster) and
+        ``<path>.forest.npz`` (the booster's trees for the pruning hook's xgboost-free
+        scorer, ``model.forest``); returns the JSON path. They belong together by their stem
+        (``costtune.model.files``): a copied or renamed pair loads its own booster.
 
         The JSON holds the schema version, params, feature list, families, GPU, triton version,
         training data hash and per-family training shape ranges (log2 min/max).
