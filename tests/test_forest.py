@@ -239,3 +239,20 @@ def test_from_json_follows_xgboosts_rule_on_any_node_numbering():
     assert Forest.from_json(_doc([tree], base="[-0E0]")).predict(x[:1]).tolist() == [10.0]
     with pytest.raises(ValueError, match="margin objectives"):
         Forest.from_json(_doc([tree], objective="binary:logistic"))
+
+
+def test_per_kernel_models_load_compact(tmp_path):
+    from costtune.model.learned import update
+
+    rows = _family_rows("softmax", 300)
+    first = update(tmp_path, rows.iloc[:150], base="h200", family="softmax", rounds=3)
+    second = update(tmp_path, rows.iloc[150:], base="h200", family="softmax", rounds=3)
+    third = update(tmp_path, rows.iloc[:50], base="h200", family="softmax", rounds=3)
+    names = sorted(p.name for p in tmp_path.glob("model-*"))
+    assert names == sorted(f"{p.stem}{s}" for p in (second, third)
+                           for s in (".forest.npz", ".json", ".ubj"))  # first's files removed
+    assert not forest_path(first).exists()
+    model, note = registry.load_noted("h200", "softmax", kernel_dir=tmp_path, compact=True)
+    assert isinstance(model, CompactModel) and note is None
+    assert model.learned_path_ == str(third)
+    assert np.array_equal(model.predict(rows), CostModel.load(third).predict(rows))
