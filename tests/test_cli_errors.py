@@ -204,5 +204,6 @@ def test_train_writes_to_the_user_folder_and_eval_scores_the_models_family(
                               "--plot", str(tmp_path / "plots" / "topk.png")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "plots" / "topk.png").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["gemm_only.json", "gemm_only.ubj",
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gemm_only.forest.npz",
+                                                         "gemm_only.json", "gemm_only.ubj",
                                                          "home", "plots"]

@@ -567,16 +567,18 @@ def test_preload_loads_the_model_before_the_first_call(model, monkeypatch, tmp_p
     import threading
 
     from costtune.model import registry
+    from costtune.model.compact import CompactModel
     from costtune.model.xgb import CostModel
     from costtune.tune import preload as hook_preload
 
     path = str(model.save(tmp_path / "preloaded"))  # no other test has loaded this path
     loads = []
     real = CostModel.load_for.__func__
+    real_compact = CompactModel.load_for.__func__  # the hook's loader (the model has a forest)
 
     def counted(cls, name, family):
         loads.append((str(name), family, threading.current_thread().name))
-        return real(cls, name, family)
+        return (real_compact if cls is CompactModel else real)(cls, name, family)
 
     def join_preloads():
         for thread in threading.enumerate():
@@ -584,6 +586,7 @@ def test_preload_loads_the_model_before_the_first_call(model, monkeypatch, tmp_p
                 thread.join(timeout=120)
 
     monkeypatch.setattr(CostModel, "load_for", classmethod(counted))
+    monkeypatch.setattr(CompactModel, "load_for", classmethod(counted))
     tuner = tiny_matmul_tuner(path, Bench())
     join_preloads()
     assert registry.is_loaded(path, "gemm")

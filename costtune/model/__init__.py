@@ -1,5 +1,6 @@
-"""The cost model: ``CostModel`` (``xgb``), its feature sets (``features``), one loader for
-shipped and user models (``registry``), and the baselines it is compared with
+"""The cost model: ``CostModel`` (``xgb``), its xgboost-free scorer for saved models
+(``CompactModel``, ``Forest``: ``compact``, ``forest``), its feature sets (``features``), one
+loader for shipped and user models (``registry``), and the baselines it is compared with
 (``baselines``, ``roofline``).
 
 Names load on first use (sklearn, xgboost and matplotlib stay unimported until needed).
@@ -11,6 +12,8 @@ from costtune._lazy import lazy_exports
 
 _EXPORTS = {
     "CostModel": "costtune.model.xgb",
+    "CompactModel": "costtune.model.compact",
+    "Forest": "costtune.model.forest",
     "ModelSchemaError": "costtune.model.xgb",
     "attach_features": "costtune.model.features",
     "feature_names": "costtune.model.features",

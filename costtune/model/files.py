@@ -3,7 +3,9 @@
 A saved model is a pair beside each other, named by one stem: ``<stem>.json`` (metadata) and
 ``<stem>.ubj`` (the XGBoost booster). The JSON's ``booster`` field is informational: loading
 always reads the ``.ubj`` of the JSON's own stem, so a copied or renamed pair (``v1.json`` +
-``v1.ubj``) loads its own booster, never the file it was copied from.
+``v1.ubj``) loads its own booster, never the file it was copied from. ``<stem>.forest.npz``
+beside them (``costtune.model.forest``) holds the booster's trees for scoring without
+xgboost; it records the sha256 of the ``.ubj`` it was made from and is ignored when stale.
 
 A bare name (no folder, no suffix) is looked up as a path first, then among the shipped models
 (``costtune/models``), then among the user's models: ``$COSTTUNE_HOME/models``, else
@@ -23,6 +25,10 @@ from typing import Any
 POINTER = "current.json"  # a per-kernel folder's current model (``model.learned``)
 MODEL_SCHEMA_VERSION = 1
 MODEL_FORMAT = "costtune.CostModel"
+# ``CostModel``'s parameters (its ``get_params()`` keys; tests/test_forest.py checks they agree).
+MODEL_PARAMS = ("colsample_bytree", "failures", "family", "features", "learning_rate",
+                "max_depth", "min_child_weight", "n_estimators", "n_jobs", "objective",
+                "reg_lambda", "seed", "subsample")
 
 
 class ModelSchemaError(ValueError):
@@ -94,6 +100,45 @@ def resolve(path_or_name: str | os.PathLike) -> tuple[Path, Path]:
         looked.append(str(candidate))
     raise FileNotFoundError(f"no model file {json_path} and no shipped model named {text!r} "
                             f"(looked at {' and '.join(looked)})")
+
+
+def check_meta(path: Path, meta: Any) -> None:
+    """What every loader checks of a model's JSON: the file format, the schema version, the
+    parameter names and the feature list (equal to this code's ``feature_names``)."""
+    from costtune.model.features import FEATURE_SETS, feature_names
+
+    if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
+        raise ModelSchemaError(f"{path}: not a costtune CostModel file")
+    if meta.get("schema_version") != MODEL_SCHEMA_VERSION:
+        raise ModelSchemaError(f"{path}: model schema_version {meta.get('schema_version')!r}, "
+                               f"this costtune reads {MODEL_SCHEMA_VERSION}; retrain the model")
+    unknown = sorted(set(meta.get("params", {})) - set(MODEL_PARAMS))
+    if unknown:
+        raise ModelSchemaError(f"{path}: unknown model parameter(s) {unknown}")
+    feature_set = meta.get("feature_set")
+    if feature_set not in FEATURE_SETS:
+        raise ModelSchemaError(f"{path}: unknown feature set {feature_set!r}")
+    saved, current = list(meta.get("feature_names", [])), feature_names(feature_set)
+    if saved != current:
+        missing = [f for f in saved if f not in current]
+        extra = [f for f in current if f not in saved]
+        detail = (f"features the file needs but this code lacks: {missing[:8]}; "
+                  f"features this code adds: {extra[:8]}")
+        if not missing and not extra:
+            detail = "same names in another order"
+        raise ModelSchemaError(f"{path}: model was trained on another '{feature_set}' feature "
+                               f"schema ({len(saved)} features, this code has {len(current)}); "
+                               f"{detail}; retrain the model")
+
+
+def read_meta(json_path: Path) -> dict[str, Any]:
+    """A model's checked JSON metadata (``check_meta``); ModelSchemaError when unreadable."""
+    try:
+        meta = json.loads(json_path.read_text())
+    except ValueError as e:
+        raise ModelSchemaError(f"{json_path}: not a JSON model file ({e})") from e
+    check_meta(json_path, meta)
+    return meta
 
 
 def check_booster(json_path: Path) -> Path:

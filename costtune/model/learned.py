@@ -7,8 +7,9 @@ else ``~/.cache/costtune``) holds
 
 - ``rows.parquet``: every harvested row of the kernel (family-labelled: ``kernel`` is the
   family, the config columns carry the family's parameter names);
-- ``model-<id>.json`` + ``.ubj``: a ``CostModel``, the base model's booster with trees added
-  on those rows (XGBoost's continued training, ``xgb_model=``);
+- ``model-<id>.json`` + ``.ubj`` (+ ``.forest.npz``, what the pruning hook scores with): a
+  ``CostModel``, the base model's booster with trees added on those rows (XGBoost's continued
+  training, ``xgb_model=``);
 - ``current.json``: which model is current, its base model and family, the rows it learned.
 
 ``update`` holds the folder's lock (``filelock``) while it merges the new rows into
@@ -213,8 +214,8 @@ def _write_atomic(path: Path, write: Any) -> None:
 
 
 def _remove_old(folder: Path, *, keep: set[str]) -> None:
-    for path in folder.glob("model-*"):
-        if path.stem not in keep:
+    for path in folder.glob("model-*"):  # .json, .ubj and .forest.npz of each stem
+        if path.name.split(".")[0] not in keep:
             try:
                 path.unlink()
             except OSError:

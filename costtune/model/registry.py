@@ -3,10 +3,12 @@ model the same way (a fitted ``CostModel``, a saved model's path, or a shipped n
 ``"h200"``, where the family's own ``h200_<family>`` is preferred) and score configs through
 the same calls.
 
-Files load once per process (keyed by path, family and the file's modification time, so a
-retrained model at the same path is picked up). Scoring calls the booster directly on a float
-matrix in the model's feature order: ``CostModel.predict``'s DataFrame path costs ~20 ms for
-1,000 configs, over the hook's budget.
+Files load once per process (keyed by path, family, the file's modification time, so a
+retrained model at the same path is picked up, and ``compact``: the pruning hook loads a
+saved model as a ``CompactModel``, scored by its ``Forest`` without importing xgboost,
+scikit-learn or scipy, when the model's forest file is current). Scoring calls the forest or
+the booster directly on a float matrix in the model's feature order: ``CostModel.predict``'s
+DataFrame path costs ~20 ms for 1,000 configs, over the hook's budget.
 
 >>> from costtune.model.registry import load_model
 >>> model = load_model("h200", "gemm")  # doctest: +SKIP
@@ -15,6 +17,7 @@ matrix in the model's feature order: ``CostModel.predict``'s DataFrame path cost
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from costtune.model.files import ModelSchemaError, is_shipped_name, resolve
 from costtune.types import Config, Workload
 
 _MODELS: dict[tuple, tuple[Any, str | None]] = {}
@@ -50,7 +54,8 @@ def load_model(model: Any, family: str | None = None) -> Any:
 
 
 def load_noted(model: Any, family: str | None = None, *,
-               kernel_dir: str | os.PathLike | None = None) -> tuple[Any, str | None]:
+               kernel_dir: str | os.PathLike | None = None,
+               compact: bool = False) -> tuple[Any, str | None]:
     """(fitted model, a note when a family model was passed over).
 
     ``model``: a ``CostModel`` (checked against this code's feature schema), any other object
@@ -58,18 +63,18 @@ def load_noted(model: Any, family: str | None = None, *,
     (FileNotFoundError, ModelSchemaError, ...) when no model loads. ``kernel_dir``: a
     per-kernel model folder (``costtune.model.learned``); when it holds a current model
     learned from ``model`` (a name or path) for ``family``, that one is returned instead (an
-    unusable one is passed over with a note).
+    unusable one is passed over with a note). ``compact``: a name or path loads as a
+    ``CompactModel`` (scored without xgboost) when its forest file is current, else as a
+    ``CostModel``.
     """
-    from costtune.model.xgb import CostModel, _resolve, is_shipped_name
-
     if kernel_dir is not None and family and isinstance(model, str | os.PathLike):
-        learned, note = _load_learned(os.fspath(model), family, kernel_dir)
+        learned, note = _load_learned(os.fspath(model), family, kernel_dir, compact)
         if learned is not None:
             return learned, None
-        loaded, other = load_noted(model, family)
+        loaded, other = load_noted(model, family, compact=compact)
         return loaded, note or other
 
-    if isinstance(model, CostModel):
+    if _is_cost_model(model):
         model._check_fitted()
         _check_features(model)
         return _single_threaded(model), None
@@ -82,19 +87,40 @@ def load_noted(model: Any, family: str | None = None, *,
     stamps = []
     for name in candidates:
         try:
-            stamps.append(os.stat(_resolve(name)[0]).st_mtime_ns)
+            stamps.append(os.stat(resolve(name)[0]).st_mtime_ns)
         except (OSError, FileNotFoundError):
             stamps.append(None)
-    key = (text, family, tuple(stamps))
+    key = (text, family, tuple(stamps), bool(compact))
     with _LOAD_LOCK:
         if key not in _MODELS:
-            loaded, note = (CostModel.load_for(text, family) if family
-                            else (CostModel.load(text), None))
-            _MODELS[key] = (_single_threaded(loaded), note)
+            loaded = _load_compact(text, family) if compact else None
+            if loaded is None:
+                from costtune.model.xgb import CostModel
+
+                loaded = (CostModel.load_for(text, family) if family
+                          else (CostModel.load(text), None))
+            _MODELS[key] = (_single_threaded(loaded[0]), loaded[1])
         return _MODELS[key]
 
 
-def _load_learned(base: str, family: str, folder: str | os.PathLike
+def _is_cost_model(model: Any) -> bool:
+    # Only a loaded costtune.model.xgb can have made a CostModel: never import it to ask.
+    xgb = sys.modules.get("costtune.model.xgb")
+    return xgb is not None and isinstance(model, xgb.CostModel)
+
+
+def _load_compact(text: str, family: str | None) -> tuple[Any, str | None] | None:
+    """(CompactModel, note) of a name or path; None when it has no current forest file."""
+    from costtune.model.compact import CompactModel, ForestUnavailable
+
+    try:
+        return (CompactModel.load_for(text, family) if family
+                else (CompactModel.load(text), None))
+    except ForestUnavailable:
+        return None
+
+
+def _load_learned(base: str, family: str, folder: str | os.PathLike, compact: bool
                   ) -> tuple[Any, str | None]:
     """(the folder's current model, None) when it was learned from ``base`` for ``family``;
     (None, a note) when it is unusable; (None, None) when there is none."""
@@ -107,7 +133,7 @@ def _load_learned(base: str, family: str, folder: str | os.PathLike
     if record.get("base") != base or record.get("family") != family:
         return None, None
     try:
-        loaded = load_noted(str(path))[0]
+        loaded = load_noted(str(path), compact=compact)[0]
         loaded.learned_path_ = str(path)
         return loaded, None
     except Exception as exc:  # e.g. removed between the pointer's read and the load
@@ -117,8 +143,6 @@ def _load_learned(base: str, family: str, folder: str | os.PathLike
 def default_stage2(model: Any) -> Any:
     """The stage-2 model when none is given: a shipped name's compiled-feature sibling
     (``"h200"`` -> ``"h200_compiled"``), else ``model`` itself."""
-    from costtune.model.xgb import is_shipped_name
-
     if isinstance(model, str) and is_shipped_name(model):
         return f"{model}_compiled"
     return model
@@ -127,7 +151,6 @@ def default_stage2(model: Any) -> Any:
 def _check_features(model: Any) -> None:
     """What ``CostModel.load`` checks for a file, for a model handed over in memory."""
     from costtune.model.features import feature_names
-    from costtune.model.xgb import ModelSchemaError
 
     if list(model.feature_names_) != feature_names(model.features):
         raise ModelSchemaError("model was trained on another feature schema than this "
@@ -136,7 +159,7 @@ def _check_features(model: Any) -> None:
 
 def _single_threaded(model: Any) -> Any:
     # One thread: on a shared or busy host XGBoost's OpenMP threads spin-wait (see xgb.py).
-    if not getattr(model, "_hook_threads_set", False):
+    if hasattr(model, "booster_") and not getattr(model, "_hook_threads_set", False):
         model.booster_.set_param({"nthread": int(model.n_jobs)})
         model._hook_threads_set = True
     return model
@@ -147,7 +170,9 @@ def score(model: Any, features: pd.DataFrame) -> np.ndarray:
     if list(features.columns) != model.feature_names_:
         features = features.reindex(columns=model.feature_names_)
     x = features.to_numpy(dtype=np.float32)
-    raw = np.asarray(model.booster_.inplace_predict(x), dtype=float)
+    forest = getattr(model, "forest_", None)
+    raw = forest.predict(x) if forest is not None else model.booster_.inplace_predict(x)
+    raw = np.asarray(raw, dtype=float)
     return -raw if model.objective == "reg:logtime" else raw
 
 

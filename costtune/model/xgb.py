@@ -47,9 +47,11 @@ from costtune.model.files import (
     ModelSchemaError,
     is_shipped_name,
     load_booster,
+    read_meta,
 )
 from costtune.model.files import model_paths as _model_paths
 from costtune.model.files import resolve as _resolve
+from costtune.model.forest import write_forest
 from costtune.types import Config
 
 OBJECTIVES = ("rank:pairwise", "rank:ndcg", "reg:logtime", "reg:relthroughput")
@@ -237,9 +239,10 @@ class CostModel(BaseEstimator):
 
     # -------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> Path:
-        """Write ``<path>.json`` (metadata) and ``<path>.ubj`` (booster); returns the JSON path.
-        The two belong together by their stem (``costtune.model.files``): a copied or renamed
-        pair loads its own booster.
+        """Write ``<path>.json`` (metadata), ``<path>.ubj`` (booster) and
+        ``<path>.forest.npz`` (the booster's trees for the pruning hook's xgboost-free
+        scorer, ``model.forest``); returns the JSON path. They belong together by their stem
+        (``costtune.model.files``): a copied or renamed pair loads its own booster.
 
         The JSON holds the schema version, params, feature list, families, GPU, triton version,
         training data hash and per-family training shape ranges (log2 min/max).
@@ -261,6 +264,7 @@ class CostModel(BaseEstimator):
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         json_path.write_text(json.dumps(meta, indent=1) + "\n")
+        write_forest(json_path, self.booster_)  # the hook's xgboost-free scorer
         return json_path
 
     @classmethod
@@ -287,11 +291,7 @@ class CostModel(BaseEstimator):
         schema or feature list or a missing or unreadable booster (``<stem>.ubj`` beside the
         JSON), ``FileNotFoundError`` when the JSON is absent."""
         json_path, _ = _resolve(path_or_name)
-        try:
-            meta = json.loads(json_path.read_text())
-        except ValueError as e:
-            raise ModelSchemaError(f"{json_path}: not a JSON model file ({e})") from e
-        _check_meta(json_path, meta)
+        meta = read_meta(json_path)  # format, schema, parameter names, feature list
         model = cls(**meta["params"])
         model.booster_ = load_booster(json_path)
         model.feature_names_ = list(meta["feature_names"])
@@ -304,32 +304,6 @@ class CostModel(BaseEstimator):
         model.shape_ranges_ = {f: {k: tuple(v) for k, v in r.items()}
                                for f, r in meta.get("shape_ranges", {}).items()}
         return model
-
-
-def _check_meta(path: Path, meta: Any) -> None:
-    if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
-        raise ModelSchemaError(f"{path}: not a costtune CostModel file")
-    if meta.get("schema_version") != MODEL_SCHEMA_VERSION:
-        raise ModelSchemaError(f"{path}: model schema_version {meta.get('schema_version')!r}, "
-                               f"this costtune reads {MODEL_SCHEMA_VERSION}; retrain the model")
-    params = meta.get("params", {})
-    unknown = sorted(set(params) - set(CostModel().get_params()))
-    if unknown:
-        raise ModelSchemaError(f"{path}: unknown model parameter(s) {unknown}")
-    feature_set = meta.get("feature_set")
-    if feature_set not in FEATURE_SETS:
-        raise ModelSchemaError(f"{path}: unknown feature set {feature_set!r}")
-    saved, current = list(meta.get("feature_names", [])), feature_names(feature_set)
-    if saved != current:
-        missing = [f for f in saved if f not in current]
-        extra = [f for f in current if f not in saved]
-        detail = (f"features the file needs but this code lacks: {missing[:8]}; "
-                  f"features this code adds: {extra[:8]}")
-        if not missing and not extra:
-            detail = "same names in another order"
-        raise ModelSchemaError(f"{path}: model was trained on another '{feature_set}' feature "
-                               f"schema ({len(saved)} features, this code has {len(current)}); "
-                               f"{detail}; retrain the model")
 
 
 def dataset_hash(data: pd.DataFrame) -> str:

@@ -1,11 +1,12 @@
 """Load the pruning hook's model in the background from the moment a kernel is decorated.
 
-A fresh process's first tuning call would otherwise wait for ``import xgboost`` (which imports
-scikit-learn and scipy) and for reading the booster: ~1.6-1.9 s on the H200 host, ~2.5 s on a
-2-core VM. A program decorates its kernels at import and tunes later, after building its model
-and data, so a daemon thread started by ``prune_configs_by`` does that work meanwhile; the
-tuning call then finds the model in memory (``model.registry.load_noted`` holds a lock, so the two
-never load it twice). Nothing heavy is imported in the caller's thread.
+A fresh process's first tuning call would otherwise wait for reading the model (its forest
+file, ``model.compact``; without one, ``import xgboost``, which imports scikit-learn and scipy,
+and the booster: ~1.6-1.9 s on the H200 host, ~2.5 s on a 2-core VM). A program decorates its
+kernels at import and tunes later, after building its model and data, so a daemon thread
+started by ``prune_configs_by`` does that work meanwhile; the tuning call then finds the model
+in memory (``model.registry.load_noted`` holds a lock, so the two never load it twice).
+Nothing heavy is imported in the caller's thread.
 
 >>> thread = preload("h200", "gemm")  # doctest: +SKIP
 """
@@ -59,18 +60,16 @@ def preload(model: Any, family: str | None, *, two_stage: bool = False,
 
     def work() -> None:
         try:
-            import xgboost  # noqa: F401  (imports scikit-learn and scipy when installed)
-
             import costtune.features.static  # noqa: F401  (the hook's features)
-            import costtune.model.xgb  # noqa: F401
             from costtune.model.registry import default_stage2, load_noted
 
-            if family is None:
-                return  # which model serves the kernel is told at the call
-            load_noted(model, family)
+            if family is None:  # which model serves the kernel is told at the call
+                _import_for(model)
+                return
+            load_noted(model, family, compact=True)  # xgboost only without a forest file
             if two_stage:
                 load_noted(stage2_model if stage2_model is not None
-                           else default_stage2(model), family)
+                           else default_stage2(model), family, compact=True)
         except Exception:  # the tuning call loads it again and warns
             pass
 
@@ -79,6 +78,25 @@ def preload(model: Any, family: str | None, *, two_stage: bool = False,
     with _STARTED_LOCK:
         _RUNNING[:] = [t for t in _RUNNING if t.is_alive()] + [thread]
     return thread
+
+
+def _import_for(model: Any) -> None:
+    """Import what scoring ``model`` will need when its family is not known yet: the compact
+    path's modules when the model (or, for a shipped name, the cross-family one) has a forest
+    file, else xgboost and ``CostModel``."""
+    from costtune.model.files import resolve
+    from costtune.model.forest import forest_path
+
+    try:
+        has_forest = forest_path(resolve(model)[0]).is_file()
+    except (OSError, FileNotFoundError):
+        has_forest = False
+    if has_forest:
+        import costtune.model.compact  # noqa: F401
+    else:
+        import xgboost  # noqa: F401  (imports scikit-learn and scipy when installed)
+
+        import costtune.model.xgb  # noqa: F401
 
 
 def wait() -> None:

@@ -227,7 +227,8 @@ class ConfigPruner:
             alive = np.array([i for i in alive if i not in refused], dtype=int)
             notes.append(("infeasible", feasibility.summary(configs, refused)))
         try:
-            model, note = load_noted(self.model, launch.family, kernel_dir=self.kernel_dir)
+            model, note = load_noted(self.model, launch.family, kernel_dir=self.kernel_dir,
+                                     compact=True)
         except Exception as exc:
             notes.append(("model", f"no usable cost model {self.model!r} "
                           f"({type(exc).__name__}: {exc})"))
@@ -311,7 +312,7 @@ class ConfigPruner:
 
         source = default_stage2(self.model) if self.stage2_model is None else self.stage2_model
         try:
-            model = load_noted(source, launch.family)[0]
+            model = load_noted(source, launch.family, compact=True)[0]
         except Exception as exc:
             notes.append(("two_stage", f"no stage-2 model {source!r} ({exc}); stage 2 skipped"))
             return order
