@@ -254,11 +254,20 @@ def test_precompile_compiles_survivors_in_threads(model_path, monkeypatch):
     assert [c[2] for c in calls] == [{"grid": "g", **c.all_kwargs()} for c in configs]
     assert len(compiled_in) == 3 and all(n.startswith("costtune-compile") for n in compiled_in)
     assert precompile(Tuner(), configs[:1], named_args=named, kwargs={}) is None  # one config
-    # A config with a pre_hook (it may change what compiles) is left to the benchmark loop.
+    # A config with a pre_hook is compiled with the arguments its hook sets (the hook sees
+    # the config's values); one whose hook raises is left to the benchmark loop.
     calls.clear()
-    hooked = [configs[0], triton.Config({"BM": 32, "BN": 32}, pre_hook=lambda nargs: None)]
-    assert precompile(Tuner(), hooked, named_args=named, kwargs={}) == (1, 2)
-    assert len(calls) == 1
+
+    def hook(nargs):
+        nargs["m"] = nargs["BM"] * 2
+
+    def broken(nargs):
+        raise KeyError("desc")
+
+    hooked = [configs[0], triton.Config({"BM": 32, "BN": 32}, pre_hook=hook),
+              triton.Config({"BM": 16, "BN": 64}, pre_hook=broken)]
+    assert precompile(Tuner(), hooked, named_args=named, kwargs={}) == (2, 3)
+    assert [c[0] for c in calls] == [("tensor x", 16), ("tensor x", 64)]
     # Finishing the mode raises (a post-compile hook): the mode does not stay active, or
     # every later compile in this thread would go to a closed pool.
     class Failing(Kernel):
