@@ -196,3 +196,20 @@ def costtune_key(text: str) -> str:
 
     (config,) = [c for c in CONFIGS if str(c) == text]
     return config_key(config)
+
+
+def test_triton_key_is_warmed_in_the_background():
+    """A process likely to hit the kept-list cache loads no model but needs Triton's key of
+    its own files (~0.4 s on the 2-core VM): ``start_warm`` computes it in a thread that the
+    call's key computation joins; the preload thread computes it too."""
+    code = ("import costtune.tune.preload as p\n"
+            "from triton.runtime.cache import triton_key\n"
+            "assert triton_key.cache_info().currsize == 0\n"
+            "t = p.start_warm(); p.wait(); assert not t.is_alive()\n"
+            "assert triton_key.cache_info().currsize == 1\n"
+            "triton_key.cache_clear(); p._STARTED.clear()\n"
+            "p.preload('h200', 'gemm'); p.wait()\n"
+            "assert triton_key.cache_info().currsize == 1\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=240)
+    assert res.returncode == 0, res.stderr[-2000:]

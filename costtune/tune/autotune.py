@@ -79,12 +79,14 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
 
     def decorator(fn: Any) -> Any:
         from costtune.tune.learn import Learner
+        from costtune.tune.preload import start_warm
         from costtune.tune.tuner import SafeAutotuner
 
         # One pruner per kernel: its warnings and caches belong to that kernel.
         kw = prune_kw
         if "preload" not in kw and not learn and _kept_list_stored(fn, triton_kw):
             kw = {**kw, "preload": False}  # a kept-list cache hit loads no model
+            start_warm()  # but needs Triton's key of its own files: computed meanwhile
         prune = prune_configs_by(model, top_k, family=family, problem=problem, **kw)
         rest = {k: v for k, v in triton_kw.items() if k not in ("reset_to_zero", "restore_value")}
         threads = precompile if precompile is False or precompile is True else int(precompile)

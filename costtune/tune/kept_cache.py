@@ -61,6 +61,9 @@ def key_for(tuner: Any, kwargs: dict[str, Any]) -> str | None:
     when the kept list may not come from disk or the key cannot be computed."""
     if not usable(tuner):
         return None
+    from costtune.tune.preload import wait
+
+    wait()  # Triton's key, maybe still being computed in the background (``start_warm``)
     args = tuple(tuner.nargs.values())
     tuned = tuning_key(tuner.arg_names, tuner.keys, args, kwargs)
     if not tuned:

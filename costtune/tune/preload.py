@@ -59,6 +59,7 @@ def preload(model: Any, family: str | None, *, two_stage: bool = False,
         _STARTED.add(key)
 
     def work() -> None:
+        warm_triton_key()
         try:
             import costtune.features.static  # noqa: F401  (the hook's features)
             from costtune.model.registry import default_stage2, load_noted
@@ -74,6 +75,33 @@ def preload(model: Any, family: str | None, *, two_stage: bool = False,
             pass
 
     thread = threading.Thread(target=work, name="costtune-preload", daemon=True)
+    thread.start()
+    with _STARTED_LOCK:
+        _RUNNING[:] = [t for t in _RUNNING if t.is_alive()] + [thread]
+    return thread
+
+
+def warm_triton_key() -> None:
+    """Compute Triton's ``triton_key()`` (a hash of Triton's own files, ~0.3-0.4 s, cached for
+    the process) now: the first compile of any kernel needs it, and so do Triton's autotune
+    disk cache and costtune's kept-list cache, whose hit would otherwise spend most of its
+    time there."""
+    try:
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    except Exception:  # an older or newer triton: the call computes what it needs
+        pass
+
+
+def start_warm() -> threading.Thread | None:
+    """``warm_triton_key`` in a daemon thread (joined by ``wait``), for a process whose
+    tuning call will likely hit a disk cache and so loads no model; None in a worker."""
+    import multiprocessing
+
+    if multiprocessing.parent_process():
+        return None
+    thread = threading.Thread(target=warm_triton_key, name="costtune-warm", daemon=True)
     thread.start()
     with _STARTED_LOCK:
         _RUNNING[:] = [t for t in _RUNNING if t.is_alive()] + [thread]
