@@ -49,6 +49,8 @@ def test_child_tunes_a_user_kernel_and_times_its_phases(method, tmp_path):
     phases = [out[p] for p in report.PHASES]
     assert all(p >= 0 for p in phases)
     assert sum(phases) == pytest.approx(out["first_call_s"], rel=0.05, abs=0.02)
+    assert len(out["timings"]) == out["n_benchmarked"] and out["chosen"] in out["timings"]
+    assert min(out["timings"].values()) == out["timings"][out["chosen"]]
     if method == "exhaustive":
         assert out["model_s"] == out["rank_s"] == 0 and out["kept"] is None
     else:

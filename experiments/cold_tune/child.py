@@ -177,7 +177,19 @@ def run_one(case_name: str, shape: int, method: str, *, cpu: bool = False) -> di
         "precompiled": list(last.precompiled) if last and last.precompiled else None,
         "warnings": [str(w.message)[:300] for w in caught
                      if issubclass(w.category, costtune.CosttuneWarning)],
+        # What the tuner measured, per config (ms; exhaustive: the whole list): data on a
+        # kernel no model was trained on.
+        "timings": {str(c): _ms(t) for c, t in (getattr(tuner, "configs_timings", None)
+                                               or {}).items()},
     }
+
+
+def _ms(timing: Any) -> float | None:
+    value = timing[0] if isinstance(timing, (list, tuple)) else timing
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def retime(case_name: str, shape: int, chosen: list[str], *, rounds: int, reps: int
