@@ -17,6 +17,7 @@ import triton.language as tl
 from helpers import masked_tile_matmul
 
 import costtune
+from costtune.kernels import relative_error
 
 CONFIGS = [triton.Config({"BM": 32, "BN": bn, "BK": bk}, num_warps=w, num_stages=2)
            for bn in (32, 64, 128) for bk in (32, 64) for w in (4, 8)]
@@ -113,3 +114,63 @@ def test_ranks_without_a_process_group_and_bad_values():
     with pytest.raises(ValueError, match=r"^ranks must be one of \['each', 'rank0'\], "
                                          r"got 'one'$"):
         tuner_for(bench, ranks="one")
+
+
+def nccl_worker(rank: int, init: str, ranks: str, out: str) -> None:
+    """One of two GPU ranks (NCCL, one GPU each): costtune's GEMM kernel tuned with its real
+    timing at two shapes; what it benchmarked and chose."""
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"file://{init}", rank=rank, world_size=2)
+    try:
+        gemm = costtune.get_family("gemm")
+        calls = []
+
+        def bench(fn, quantiles=None):
+            calls.append(1)
+            return costtune.graph_bench(fn, quantiles=quantiles)
+
+        configs = [c for c in gemm.config_space({"M": 2048, "N": 2048, "K": 2048}).to_triton()
+                   if c.kwargs.get("SPLIT_K", 1) == 1][:48]
+        small = gemm.make_inputs({"M": 64, "N": 64, "K": 64}, "float16")
+        fn = gemm.kernel_calls(small, {**configs[0].kwargs, "num_warps": 4,
+                                       "num_stages": 2})[0].fn
+        tuner = costtune.autotune(configs, key=["M", "N", "K"], top_k=4, family="gemm",
+                                  do_bench=bench, ranks=ranks)(fn)
+        best = []
+        for size in (2048, 4096):
+            problem = {"M": size, "N": size, "K": size}
+            inputs = gemm.make_inputs(problem, "float16", device="cuda")
+            call = gemm.kernel_calls(inputs, {**configs[0].kwargs, "num_warps": 4,
+                                              "num_stages": 2})[0]
+            tuned = {k for c in configs for k in c.kwargs}
+            fixed = {k: v for k, v in call.kwargs.items() if k not in tuned
+                     and k != "NUM_STAGES"}
+            tuner[lambda meta, p=problem, names=gemm.config_space().names: tuple(gemm.grid(p, {
+                "num_warps": 4, "num_stages": 1, **{n: meta[n] for n in names if n in meta}}))](
+                *call.args, **fixed)
+            torch.cuda.synchronize()
+            out = call.args[list(fn.arg_names).index("c_ptr")]
+            assert relative_error(out, gemm.reference(inputs)) <= gemm.TOLERANCE["float16"]
+            best.append(str(tuner.best_config))
+        Path(out, f"rank{rank}.json").write_text(json.dumps({"calls": len(calls),
+                                                             "best": best}))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs two GPUs")
+def test_rank0_over_nccl_on_two_gpus(tmp_path):
+    """Issue 20 on real GPUs: with ranks="rank0" rank 1 benchmarks nothing and runs rank 0's
+    choice at every shape; with "each" both ranks benchmark."""
+    results = {}
+    for ranks in ("each", "rank0"):
+        out = tmp_path / ranks
+        out.mkdir()
+        mp.spawn(nccl_worker, args=(str(out / "init"), ranks, str(out)), nprocs=2, join=True)
+        results[ranks] = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    each, synced = results["each"], results["rank0"]
+    assert each[0]["calls"] >= 8 and each[1]["calls"] >= 8
+    assert synced[1]["calls"] == 0 and synced[0]["calls"] >= 8
+    assert synced[1]["best"] == synced[0]["best"] and len(synced[0]["best"]) == 2
