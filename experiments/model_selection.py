@@ -102,6 +102,11 @@ def choose(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# Stage-1 models another experiment ships: experiments/impl_descriptor.py's per-family
+# static+src models trained on every implementation (they win there, not here).
+SHIPPED_ELSEWHERE = tuple(f"{NAME}_{f}" for f in ("softmax",))
+
+
 def ship(choice: pd.DataFrame, train: pd.DataFrame, compiled: pd.DataFrame | None,
          threads: int) -> list[str]:
     """Refit each stage's winners on the whole train suite; save under costtune/models."""
@@ -110,6 +115,8 @@ def ship(choice: pd.DataFrame, train: pd.DataFrame, compiled: pd.DataFrame | Non
         base = NAME if stage == 1 else f"{NAME}_compiled"
         for old in list(MODELS_DIR.glob(f"{base}.*")) + list(MODELS_DIR.glob(f"{base}_*.*")):
             if stage == 1 and old.name.startswith(f"{NAME}_compiled"):
+                continue
+            if old.name.split(".")[0] in SHIPPED_ELSEWHERE:
                 continue
             old.unlink()
         extra = {"compiled": compiled} if stage == 2 else {}

@@ -87,3 +87,17 @@ def test_report_ratios_come_from_the_same_process_retiming(tmp_path):
     path = report.write(df.reset_index(), tmp_path, tmp_path / "out")
     assert "abc1234" in path.read_text() and (tmp_path / "out" / "cold_tune.csv").exists()
     assert set(CASES) >= {"tutorial03_matmul"}
+
+
+def test_committed_h200_records_rebuild_the_report(tmp_path):
+    """The report step on the committed raw records (H200, 2026-12-02): every GEMM shape has
+    its exhaustive reference and the eight costtune runs, re-timed side by side."""
+    df = report.table(report.RAW)
+    gemm = df[df["family"] == "gemm"]
+    assert set(gemm["shape"]) == {"2048x11008x4096", "4096x4096x4096", "512x8192x8192"}
+    assert (gemm.groupby("shape")["method"].nunique() >= 9).all()
+    assert gemm["quality_vs_exhaustive"].notna().all() and df["correct"].all()
+    ex = gemm[gemm["method"] == "exhaustive"]
+    assert (ex["n_benchmarked"] == 328).all() and (ex["first_call_s"] > 150).all()
+    path = report.write(df, report.RAW, tmp_path)
+    assert "costtune.autotune:8` (goal >= 45x" in path.read_text()

@@ -146,7 +146,7 @@ def test_stale_or_missing_forest_falls_back_to_cost_model(tmp_path):
 
 def test_compact_load_for_prefers_the_family_file(tmp_path, monkeypatch):
     assert CompactModel.load_for("h200", "gemm")[0].path_.name == "h200_gemm.json"
-    assert CompactModel.load_for("h200", "softmax")[0].path_.name == "h200.json"
+    assert CompactModel.load_for("h200", "softmax")[0].path_.name == "h200_softmax.json"
     monkeypatch.setenv("COSTTUNE_HOME", str(tmp_path))
     (tmp_path / "models").mkdir()
     _copy_shipped("h200", tmp_path / "models", "mine")
@@ -156,6 +156,8 @@ def test_compact_load_for_prefers_the_family_file(tmp_path, monkeypatch):
     model, note = CompactModel.load_for("mine", "gemm")
     assert model.path_.name == "mine.json" and "mine_gemm is unusable" in note
     assert "schema_version 999" in note
+    model, note = CompactModel.load_for("mine", "softmax")  # no family file: the shared one
+    assert model.path_.name == "mine.json" and note is None
 
 
 def test_cost_model_save_writes_the_forest(tmp_path):

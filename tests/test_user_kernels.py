@@ -341,7 +341,9 @@ def test_explain_returns_what_it_printed(capsys):
     tuner = costtune.autotune(style.configs("cpu"), key=list(style.key), top_k=3)(
         style.kernel)
     report = _explain(style, tuner)
-    assert report.family == "softmax" and report.k == 3 and len(report.benchmarked) == 3
+    assert report.family == "softmax" and len(report.benchmarked) == report.k >= 3
+    if report.k > 3:  # untrained values ranked above the 3rd trained config are measured too
+        assert "outside the training data" in report.warning
     assert report.mapping == {"XBLOCK": "ROWS_PER_PROG", "R0_BLOCK": "BLOCK_N"}
     assert report.origin["rows"] == "arg xnumel" and report.origin["cols"] == "arg r0_numel"
     assert [r.position for r in report.ranking] == list(range(1, 13))

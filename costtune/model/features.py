@@ -13,7 +13,7 @@ import pandas as pd
 
 from costtune.types import Config, Workload
 
-FEATURE_SETS = ("static", "static+compiled", "static+ir", "static+ir+compiled")
+FEATURE_SETS = ("static", "static+src", "static+compiled", "static+ir", "static+ir+compiled")
 KEY_COLUMNS = ("workload", "config")
 # 1.0 when the AOT compile for sm_90 succeeded: OutOfResources and friends are known on CPU.
 COMPILE_OK = "compile_ok"
@@ -31,6 +31,10 @@ def feature_names(features: str) -> list[str]:
     from costtune.features.static import STATIC_FEATURES
 
     names = list(STATIC_FEATURES)
+    if "+src" in features:
+        from costtune.features.source import SOURCE_FEATURES
+
+        names += SOURCE_FEATURES
     if "+ir" in features:
         from costtune.build.ir import IR_FEATURES
 
@@ -68,6 +72,12 @@ def attach_features(data: pd.DataFrame, *, features: str = "static",
     if todo:
         feats = static_features(data)
         out = pd.concat([data, feats[todo].set_index(data.index)], axis=1)
+    if "+src" in features:
+        from costtune.features.source import SOURCE_FEATURES, source_features
+
+        todo = [c for c in SOURCE_FEATURES if c not in out.columns]
+        if todo:
+            out = pd.concat([out, source_features(out)[todo]], axis=1)
     if "+ir" in features:
         names = [c for c in feature_names("static+ir") if c not in STATIC_FEATURES]
         todo = [c for c in names if c not in out.columns]

@@ -61,11 +61,11 @@ FULL = (50, {"eta": 0.1, "max_depth": 6, "min_child_weight": 1.0})
 def update_strength(base: Any, rows: pd.DataFrame) -> tuple[str, int, dict[str, Any]]:
     """("light" | "full", trees, their parameters) for updating ``base`` on ``rows``."""
     from costtune.evaluate.metrics import rankings_from_scores, topk_scores, topk_table
-    from costtune.features.static import static_features
+    from costtune.model.features import attach_features
     from costtune.model.registry import score
 
-    table = topk_table(rows, rankings_from_scores(rows, score(base, static_features(rows))),
-                       ks=(1,))
+    scores = score(base, attach_features(rows, features=base.features))
+    table = topk_table(rows, rankings_from_scores(rows, scores), ks=(1,))
     top1 = topk_scores(table, ks=(1,), worst=(1,))["top1"]
     name, (rounds, params) = ("light", LIGHT) if top1 >= TRUSTED else ("full", FULL)
     return name, rounds, params

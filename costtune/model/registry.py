@@ -166,7 +166,13 @@ def _single_threaded(model: Any) -> Any:
 
 
 def score(model: Any, features: pd.DataFrame) -> np.ndarray:
-    """Scores (higher = predicted faster) of feature rows; absent columns count as missing."""
+    """Scores (higher = predicted faster) of feature rows; absent columns count as missing,
+    except a static+src model's source features (what tells implementations apart: without
+    them it would rank every kernel as some other one): ValueError."""
+    if "+src" in getattr(model, "features", "") and "src_loops" not in features.columns:
+        raise ValueError("this model reads the kernel's source features (static+src); attach "
+                         "them (costtune.model.features.attach_features(rows, "
+                         "features=model.features)) before scoring")
     if list(features.columns) != model.feature_names_:
         features = features.reindex(columns=model.feature_names_)
     x = features.to_numpy(dtype=np.float32)

@@ -284,8 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=0.995, help="TenSet score to reach")
     parser.add_argument("--max-configs", type=int, default=16, help="the cap calibrated for")
     args = parser.parse_args(argv)
-    from costtune.features.static import static_features
     from costtune.kernels import FAMILIES
+    from costtune.model.features import attach_features
     from costtune.model.registry import load_model, score
     from costtune.store.dataset import load_dataset
     from costtune.tune.trained import _git_commit
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not len(df):
             continue
         model = load_model(args.model, family)
-        s = score(model, static_features(df))
+        s = score(model, attach_features(df, features=model.features))
         families[family] = calibrate(df, s, target=args.target,
                                      budget=Adaptive(max_configs=args.max_configs))
     doc = {"provenance": {"dataset": str(args.dataset), "model": args.model,

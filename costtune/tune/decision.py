@@ -14,7 +14,7 @@ import numpy as np
 
 from costtune.types import CosttuneWarning
 
-__all__ = ["PruneDecision", "config_key", "keep_count", "warn"]
+__all__ = ["PruneDecision", "config_key", "keep_count", "keep_launchable", "warn", "warn_once"]
 
 log = logging.getLogger("costtune")
 
@@ -102,3 +102,14 @@ def keep_launchable(configs: Any, notes: list[tuple[str, str]]) -> tuple[PruneDe
         decision.dropped = dropped(configs, refused)
         notes.append(("infeasible", summary(configs, refused)))
     return decision, alive
+
+
+def warn_once(warned: set[str], notes: list[tuple[str, str]], outcome: str) -> list[str]:
+    """Warn once per category (``warned`` holds those already warned); the messages."""
+    new = [(c, m) for c, m in notes if c not in warned]
+    if not new:
+        return []
+    warned.update(c for c, _ in new)
+    text = f"costtune: {'; '.join(dict.fromkeys(m for _, m in new))} -> {outcome}"
+    warn(text)
+    return [text]

@@ -153,6 +153,7 @@ def harvest(store_dir: str | os.PathLike, *,
 def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
                 gpu: str | None = None) -> tuple[str, list[dict[str, Any]]]:
     """(kernel, rows) for the tuning ``tuner.run(*args, **kwargs)`` just did."""
+    from costtune.features.source import described as describe_source
     from costtune.kernels import FAMILIES
     from costtune.types import Config, Workload
 
@@ -182,6 +183,7 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
     workload = Workload(kernel, problem, dtype).id
     key_values = [all_args.get(k) for k in tuner.keys]
     source = source_hash(tuner.fn)
+    described = describe_source(tuner)  # a static+src model reads the user's kernel by it
     rows = []
     for i, config in enumerate(configs):
         extras = {k: v for k, v in config.kwargs.items()
@@ -204,7 +206,7 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
             "kernel_fn": f"{base.__module__}.{base.__qualname__}", "kernel_hash": source,
             "tuning_key": repr(tuple(key_values)),
             "bench_s": float(getattr(tuner, "bench_time", math.nan)),
-            "n_tuned": len(configs), "n_configs": len(tuner.configs),
+            "n_tuned": len(configs), "n_configs": len(tuner.configs), **described,
         })
     return kernel, rows
 

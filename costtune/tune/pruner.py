@@ -48,7 +48,13 @@ import numpy as np
 
 from costtune.hardware import current
 from costtune.tune import feasibility
-from costtune.tune.decision import PruneDecision, config_key, keep_count, keep_launchable, warn
+from costtune.tune.decision import (
+    PruneDecision,
+    config_key,
+    keep_count,
+    keep_launchable,
+    warn_once,
+)
 from costtune.tune.kind import calling_tuner
 from costtune.tune.knobs import knob_message, knob_split, spread_order
 from costtune.tune.launch import (
@@ -117,6 +123,7 @@ class ConfigPruner:
         self._traits: dict[str, np.ndarray] = {}
         self._knobs: dict[str, tuple] = {}
         self._compiled: dict = {}
+        self._tuned: Any = None  # the kernel of the latest call (its source is described)
 
     def __call__(self, configs: Sequence[Any], named_args: Mapping[str, Any],
                  **kwargs: Any) -> list[Any]:
@@ -132,8 +139,8 @@ class ConfigPruner:
         decision.ranked = [int(i) for i in order]
         decision.fallbacks = list(dict.fromkeys(c for c, _ in notes))
         decision.notes = list(dict.fromkeys(notes))
-        decision.warnings = self._warn(notes, f"benchmarking {len(kept)} of {len(configs)} "
-                                       "configs")
+        decision.warnings = warn_once(self._warned, notes,
+                                      f"benchmarking {len(kept)} of {len(configs)} configs")
         decision.elapsed_ms = (time.perf_counter() - start) * 1e3
         after = self.after_prune
         if after is None and self.precompile is not False:
@@ -203,8 +210,9 @@ class ConfigPruner:
             return keep_alive()
         args = call_args(named_args, kwargs)
         try:
+            self._tuned = self.kernel or calling_tuner()
             launch = describe(self.spec, [configs[i] for i in alive], args=args,
-                              kernel=self.kernel or calling_tuner(), grid=kwargs.get("grid"))
+                              kernel=self._tuned, grid=kwargs.get("grid"))
             params, columns, invalid = self._family_params(launch, configs)
         except NotApplicable as exc:
             notes.append((exc.category, str(exc)))
@@ -255,14 +263,17 @@ class ConfigPruner:
               ) -> tuple[PruneDecision, np.ndarray]:
         """Score the configs that can launch, widen k on doubts, spread untold knobs."""
         from costtune.evaluate.metrics import rank_positions
+        from costtune.features.source import described
         from costtune.features.static import static_features_for
-        from costtune.tune.ranking import score
+        from costtune.tune.ranking import score, uses_source
         from costtune.tune.trained import keep_untrained
 
         n, keys = len(configs), self.config_keys(configs)
         live = [params[i] for i in alive]
         features = static_features_for(launch.family, launch.problem, launch.dtype, live,
                                        columns={c: v[alive] for c, v in columns.items()})
+        if uses_source(model):  # what the kernel's source does (features.source)
+            features = features.assign(**described(self._tuned))
         live_scores = score(model, features)
         sub_order = rank_positions(live_scores, keys[alive])
         if launch.family not in self._knobs:
@@ -332,17 +343,6 @@ class ConfigPruner:
         sub = stage2_order(model, features.iloc[short], table=table, keys=keys[short])
         decision.stage2 = True
         return np.concatenate([short[sub], order[len(short):]])
-
-    def _warn(self, notes: list[tuple[str, str]], outcome: str) -> list[str]:
-        """Warn once per category; returns the messages."""
-        new = [(c, m) for c, m in notes if c not in self._warned]
-        if not new:
-            return []
-        self._warned.update(c for c, _ in new)
-        text = f"costtune: {'; '.join(dict.fromkeys(m for _, m in new))} -> {outcome}"
-        warn(text)
-        return [text]
-
 
 def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str | None = None,
                      problem: ProblemSpec = None, params: Mapping[str, str] | None = None,

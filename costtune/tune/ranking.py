@@ -16,10 +16,16 @@ from costtune.model.registry import default_stage2, load_noted, score
 from costtune.tune.launch import Launch
 
 __all__ = ["compiled_table", "concerns", "covers", "current_gpu", "default_stage2",
-           "load_noted", "score", "stage2_order", "uses_compiled"]
+           "load_noted", "score", "stage2_order", "uses_compiled", "uses_source"]
 
 def uses_compiled(model: Any) -> bool:
-    return model.features != "static"
+    """Whether the model needs features a compile gives (IR or compiled; the source
+    features of ``static+src`` are read from the kernel's source)."""
+    return model.features not in ("static", "static+src")
+
+
+def uses_source(model: Any) -> bool:
+    return "+src" in model.features
 
 
 def covers(model: Any, family: str) -> bool:

@@ -37,6 +37,7 @@ __all__ = ["build", "config_doubts", "keep_untrained", "load_trained", "unseen_v
 
 FILE_NAME = "trained_configs_h200.json"
 _DERIVED = ("elems_per_thread",)
+ALL_IMPLEMENTATIONS = ("softmax",)  # families whose stage-1 model learned every implementation
 
 
 @lru_cache(maxsize=1)
@@ -115,9 +116,11 @@ def keep_untrained(family: str, columns: Mapping[str, Any], elems_per_thread: An
 
 def build(dataset: str | Path) -> dict[str, Any]:
     """Per family: trained values of each config parameter and the range of elements per
-    thread, from the dataset's training rows with a time (status ok) of the family's original
-    kernel: what the hook's first stage (static features) learned from; the other
-    implementations train only the compiled second stage (experiments/loio.py)."""
+    thread, from the dataset's training rows with a time (status ok) that the hook's first
+    stage learned from: every implementation for the families in ``ALL_IMPLEMENTATIONS``
+    (their stage-1 model reads the kernel's source, ``h200_<family>``, shipped by
+    experiments/impl_descriptor.py), else the family's original kernel (the others train only
+    the compiled second stage, experiments/loio.py)."""
     from costtune.features.static import static_features
     from costtune.kernels import FAMILIES
     from costtune.store.dataset import load_dataset
@@ -126,8 +129,9 @@ def build(dataset: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for family in FAMILIES:
         df = load_dataset(dataset, kernel=family)
-        df = df[(df["status"] == "ok") & (df["suite"] == "train")
-                & (df["implementation"] == df["kernel"])]
+        df = df[(df["status"] == "ok") & (df["suite"] == "train")]
+        if family not in ALL_IMPLEMENTATIONS:
+            df = df[df["implementation"] == df["kernel"]]
         if not len(df):
             continue
         required, neutral = FAMILY_PARAMS[family]
