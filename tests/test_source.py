@@ -98,3 +98,55 @@ def test_the_hook_reads_the_users_kernel_source(monkeypatch):
     assert hook.last.family == "softmax" and 4 <= len(kept) < len(configs)
     feats = seen[-1]
     assert (feats["src_loops"] == 3).all() and (feats["src_loads"] == 3).all()
+
+
+def test_warm_start_scores_each_implementation_as_itself():
+    """A study's warm start (registry.rank_configs) on softmax implementations: onepass's
+    space has no BLOCK_N (it is implied) and must not fail; multirow is described as itself."""
+    from costtune.kernels import get_implementation
+    from costtune.model.registry import model_scores, rank_configs
+    from costtune.types import Workload
+
+    model = load_model("h200", "softmax")
+    for name in ("softmax_onepass", "softmax_multirow"):
+        w = Workload(name, {"rows": 4096, "cols": 2048}, "float16")
+        configs = list(get_implementation(name).config_space(w.sizes))[:12]
+        ranked = rank_configs(model, w, configs=configs)
+        assert sorted(c.key for c in ranked) == sorted(c.key for c in configs)
+        rows = pd.DataFrame([{"kernel": "softmax", "implementation": name, "rows": 4096,
+                              "cols": 2048, "dtype": "float16", "workload": w.id,
+                              **c.as_dict(), "config": c.key} for c in configs])
+        want = score(model, attach_features(rows, features=model.features))
+        assert np.allclose(model_scores(model, w, configs=configs), want)
+
+
+def test_unreadable_source_is_a_doubt_and_modules_are_not_descriptors(monkeypatch):
+    """A static+src model ranking a kernel whose source it cannot read widens k."""
+    from costtune.features.source import attach_source
+
+    feats, doubt = attach_source(pd.DataFrame({"a": [1.0]}), object())
+    assert doubt and doubt[0][0] == "features" and feats["src_loads"].iloc[0] == 0
+    style = STYLES["inductor_softmax"]
+    monkeypatch.setattr("costtune.features.source.described",
+                        lambda fn: dict.fromkeys(SOURCE_FEATURES, 0.0))
+    hook = costtune.prune_configs_by("h200", 2)["early_config_prune"]
+    configs = style.configs("gpu")
+    x = torch.empty(4096, 2048, dtype=torch.float16)
+    hook.kernel = triton.autotune(configs, key=list(style.key))(style.kernel)
+    kept = hook(configs, {"in_ptr0": x, "out_ptr2": torch.empty_like(x), "xnumel": 4096,
+                          "r0_numel": 2048},
+                grid=lambda meta: (triton.cdiv(4096, meta["XBLOCK"]), 1, 1))
+    assert "features" in hook.last.fallbacks and len(kept) == 8  # widen 4 x k 2
+
+
+def test_helpers_by_module_and_closure_and_module_loads():
+    """Helpers called as ``module.helper`` or captured by a kernel factory are followed; a
+    load through ``triton.language`` under another name is no TMA descriptor."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fixtures import source_kernels as k
+
+    for fn in (k.qualified, k.make_kernel()):
+        d = describe(fn)
+        assert d["src_loops"] == 1 and d["src_loads"] == 1 and d["src_stores"] == 1
+    d = describe(k.aliased)
+    assert d["src_loads"] == 1 and d["src_descriptors"] == 0

@@ -25,6 +25,7 @@ import ast
 import inspect
 import textwrap
 import types
+import weakref
 from functools import lru_cache
 from typing import Any
 
@@ -71,7 +72,11 @@ def _walk(f: Any, depth0: int, counts: dict[str, float], seen: set[int]) -> None
     body = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
     if body is None:
         return
-    scope = f.fn.__globals__
+    scope = dict(f.fn.__globals__)
+    try:  # helpers captured from an enclosing function (kernels built by a factory)
+        scope.update(inspect.getclosurevars(f.fn).nonlocals)
+    except (TypeError, ValueError):
+        pass
 
     def visit(node: ast.AST, depth: int) -> None:
         if isinstance(node, ast.For | ast.While):
@@ -79,9 +84,9 @@ def _walk(f: Any, depth0: int, counts: dict[str, float], seen: set[int]) -> None
             depth += 1
             counts["src_loop_depth"] = max(counts["src_loop_depth"], float(depth))
         if isinstance(node, ast.Attribute):
-            _count(node, counts)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            callee = jit_function(scope.get(node.func.id))
+            _count(node, counts, scope)
+        if isinstance(node, ast.Call):
+            callee = jit_function(_resolve(node.func, scope))
             if callee is not None:
                 _walk(callee, depth, counts, seen)
         for child in ast.iter_child_nodes(node):
@@ -91,7 +96,17 @@ def _walk(f: Any, depth0: int, counts: dict[str, float], seen: set[int]) -> None
         visit(node, depth0)
 
 
-def _count(node: ast.Attribute, counts: dict[str, float]) -> None:
+def _resolve(node: ast.AST, scope: dict[str, Any]) -> Any:
+    """The object a name or dotted name (``helpers.tile``) stands for in ``scope``; None."""
+    if isinstance(node, ast.Name):
+        return scope.get(node.id)
+    if isinstance(node, ast.Attribute):
+        owner = _resolve(node.value, scope)
+        return getattr(owner, node.attr, None) if owner is not None else None
+    return None
+
+
+def _count(node: ast.Attribute, counts: dict[str, float], scope: dict[str, Any]) -> None:
     name = node.attr
     counts["src_loads"] += name == "load"
     counts["src_stores"] += name == "store"
@@ -100,15 +115,49 @@ def _count(node: ast.Attribute, counts: dict[str, float]) -> None:
     counts["src_atomics"] += name.startswith("atomic_")
     if name == "num_programs":
         counts["src_persistent"] = 1.0
-    through_tl = isinstance(node.value, ast.Name) and node.value.id == "tl"
-    if (name in ("load", "store") and not through_tl) or name == "make_tensor_descriptor":
-        counts["src_descriptors"] = 1.0  # desc.load / desc.store: TMA
+    # desc.load / desc.store read or write through a tensor descriptor (TMA); tl.load, or
+    # triton.language.load under any alias, is a module's function.
+    through_module = isinstance(_resolve(node.value, scope), types.ModuleType)
+    if (name in ("load", "store") and not through_module) or name == "make_tensor_descriptor":
+        counts["src_descriptors"] = 1.0
 
 
-@lru_cache(maxsize=256)
+_DESCRIBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def described(fn: Any) -> dict[str, float]:
-    """``describe(fn)``, once per kernel object (the pruner asks at every tuning call)."""
-    return describe(fn)
+    """``describe(fn)``, once per jit function (the pruner asks at every tuning call); a
+    copy, so no caller can change what the next one gets. Held weakly: a kernel that goes
+    away takes its entry with it."""
+    root = jit_function(fn)
+    if root is None:
+        return describe(fn)
+    try:
+        cached = _DESCRIBED.get(root)
+        if cached is None or cached[0] != getattr(root, "src", None):
+            cached = (getattr(root, "src", None), describe(root))
+            _DESCRIBED[root] = cached
+    except TypeError:  # not weakly referenceable
+        return describe(root)
+    return dict(cached[1])
+
+
+def attach_source(features: pd.DataFrame, kernel: Any
+                  ) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """The hook's feature rows plus ``kernel``'s source features, and a doubt (the hook then
+    widens k) when its source could not be read: all zero would rank it as some other kernel."""
+    source = described(kernel)
+    doubt = [] if readable(source) else [(
+        "features", "the kernel's source could not be read (no loads or stores found in it or "
+        "in the jit helpers it calls by name), so the model cannot tell which kind of kernel "
+        "it ranks")]
+    return features.assign(**source), doubt
+
+
+def readable(features: dict[str, float]) -> bool:
+    """Whether a descriptor saw the kernel's code (any load or store): all zero means its
+    source could not be read or its work sits where the walk does not follow."""
+    return features["src_loads"] + features["src_stores"] > 0
 
 
 def combine(parts: list[dict[str, float]]) -> dict[str, float]:
@@ -165,7 +214,7 @@ def source_features(rows: pd.DataFrame) -> pd.DataFrame:
         except (KeyError, ValueError):  # a kernel of no known implementation: missing
             continue
         keys = list(_KEYS[family])
-        part = rows.loc[idx, keys]
+        part = rows.reindex(columns=keys).loc[idx]  # a key column absent: NaN (not used)
         by = keys if len(keys) > 1 else keys[0]
         for key, sub in part.groupby(by, dropna=False, sort=False).groups.items():
             key = key if isinstance(key, tuple) else (key,)

@@ -140,7 +140,7 @@ def design_matrix(data: pd.DataFrame, names: Sequence[str], *, features: str,
 
 
 def config_rows(kernel: str, problem: dict[str, Any], dtype: str,
-                configs: Sequence[Any]) -> pd.DataFrame:
+                configs: Sequence[Any], *, implementation: str | None = None) -> pd.DataFrame:
     """Dataset-shaped rows (kernel, workload, dtype, sizes, params, config key) for configs given
     as ``Config``, flat dicts or ``triton.Config``.
 
@@ -148,7 +148,7 @@ def config_rows(kernel: str, problem: dict[str, Any], dtype: str,
     ...             [Config({"BLOCK_N": 128, "ROWS_PER_PROG": 1}, num_warps=4)])["config"][0]
     'BLOCK_N=128,ROWS_PER_PROG=1,num_warps=4,num_stages=3'
     """
-    workload = Workload(kernel, dict(problem), dtype)
+    workload = Workload(kernel, dict(problem), dtype, implementation=implementation)
     rows = []
     for c in configs:
         if isinstance(c, Config):
@@ -157,8 +157,9 @@ def config_rows(kernel: str, problem: dict[str, Any], dtype: str,
             cfg = Config.from_dict(c)
         else:  # triton.Config
             cfg = Config.from_triton(c)
-        rows.append({"kernel": kernel, "workload": workload.id, "dtype": dtype,
-                     **workload.sizes, **cfg.as_dict(), "config": cfg.key})
+        rows.append({"kernel": workload.kernel, "implementation": workload.implementation,
+                     "workload": workload.id, "dtype": dtype, **workload.sizes,
+                     **cfg.as_dict(), "config": cfg.key})
     return pd.DataFrame(rows)
 
 

@@ -191,7 +191,8 @@ def model_scores(model: Any, workload: Workload, *, configs: Sequence[Config]) -
 
     if not hasattr(model, "predict"):
         raise ValueError(f"a warm-start model needs predict(rows); got {type(model).__name__}")
-    rows = config_rows(workload.kernel, workload.sizes, workload.dtype, list(configs))
+    rows = config_rows(workload.kernel, workload.sizes, workload.dtype, list(configs),
+                       implementation=workload.implementation)
     scores = np.asarray(model.predict(rows), dtype=float)
     if scores.shape != (len(configs),):
         raise ValueError(f"model returned {scores.shape} scores for {len(configs)} configs")

@@ -21,15 +21,13 @@ How one tuning call is decided:
    another feature schema, or not trained on this family -> keep all configs.
 3. Doubts: a kernel declared as a family it does not read as (or of an unknown family),
    another GPU or triton version, sizes more than ``range_margin`` octaves outside the
-   training range, a dtype the family's data lacks, a launch grid unlike the family's, a
-   model that needs compiled features without ``two_stage`` -> rank, but benchmark ``widen``
-   x k (``widen=None``: all). Config values the training data never had (``tune.trained``)
-   doubt those configs only: the k best-ranked trained ones are kept, plus every untrained
-   one ranked above the last of them (at most ``widen`` x k in all).
-4. Rank by static features; ties by config key. Configs that differ only in knobs the model
-   does not know take one slot each while distinct ones remain (``tune.knobs``).
-   ``two_stage=True`` re-ranks a shortlist by compiled features (AOT compile on the CPU,
-   cached) when the model has them.
+   training range, an unseen dtype, an unfamiliar grid, a model needing compiled features
+   without ``two_stage``, a kernel source a static+src model cannot read -> rank, benchmark
+   ``widen`` x k (None: all). Untrained config values (``tune.trained``) doubt those configs
+   only: the k best-ranked trained ones are kept, plus each untrained one above them.
+4. Rank by static (and source) features; ties by config key. Configs differing only in
+   knobs the model does not know take one slot each while distinct ones remain
+   (``tune.knobs``). ``two_stage=True`` re-ranks a shortlist by compiled features.
 
 Each fallback warns once per kernel (``CosttuneWarning``), after the decision is made and
 where a filter that turns warnings into errors (``python -W error``) cannot escape: such a
@@ -263,7 +261,7 @@ class ConfigPruner:
               ) -> tuple[PruneDecision, np.ndarray]:
         """Score the configs that can launch, widen k on doubts, spread untold knobs."""
         from costtune.evaluate.metrics import rank_positions
-        from costtune.features.source import described
+        from costtune.features.source import attach_source
         from costtune.features.static import static_features_for
         from costtune.tune.ranking import score, uses_source
         from costtune.tune.trained import keep_untrained
@@ -273,7 +271,8 @@ class ConfigPruner:
         features = static_features_for(launch.family, launch.problem, launch.dtype, live,
                                        columns={c: v[alive] for c, v in columns.items()})
         if uses_source(model):  # what the kernel's source does (features.source)
-            features = features.assign(**described(self._tuned))
+            features, unread = attach_source(features, self._tuned)
+            doubts = [*doubts, *unread]
         live_scores = score(model, features)
         sub_order = rank_positions(live_scores, keys[alive])
         if launch.family not in self._knobs:
@@ -287,13 +286,16 @@ class ConfigPruner:
         cap = len(alive) if self.widen is None else min(len(alive), k0 * self.widen)
         k = cap if doubts else k0  # a doubt on the whole launch widens every slot
         notes.extend(doubts)
-        if self.range_margin is not None:  # config values never trained on
-            grown, doubt = keep_untrained(launch.family,
-                                          {c: v[alive] for c, v in columns.items()},
-                                          features["elems_per_thread"].to_numpy(), sub_order,
-                                          k=k0, cap=cap)
-            k = max(k, grown)
-            notes.extend(doubt)
+
+        def untrained(order: np.ndarray) -> tuple[int, list[tuple[str, str]]]:
+            if self.range_margin is None:  # config values never trained on
+                return k0, []
+            return keep_untrained(launch.family, {c: v[alive] for c, v in columns.items()},
+                                  features["elems_per_thread"].to_numpy(), order, k=k0, cap=cap)
+
+        grown, doubt = untrained(sub_order)
+        k = max(k, grown)
+        notes.extend(doubt)
         order = alive[sub_order]
         scores = np.full(n, np.nan)
         scores[alive] = live_scores
@@ -307,6 +309,7 @@ class ConfigPruner:
                 sub_order = spread_order(sub_order, known_keys=[known[i] for i in alive],
                                          unknown_keys=[unknown[i] for i in alive])
             order = alive[sub_order]
+            k = decision.k = max(k, untrained(sub_order)[0])  # the new order's trusted k
         decision.kept = [keys[i] for i in order[:k]]
         return decision, order
 
@@ -371,12 +374,10 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     beyond the training sizes still trusted (None: no check, of sizes or of config values).
     Configs that cannot launch are dropped before ranking (``tune.feasibility``); replacing a
     kept config that fails anyway, and ``check=``, need ``costtune.autotune``, which owns the
-    benchmark loop. ``preload``: start loading the model now, in a background thread, so the
-    first tuning call does not wait ~1.5-3 s for xgboost's imports and the booster
-    (``tune.preload``). ``precompile``: under plain ``triton.autotune``, compile the kept
-    configs in parallel threads (True: one per usable core; an int: that many; False: Triton
-    compiles them one by one as it benchmarks) before Triton benchmarks them (GPU only; a
-    config with a ``pre_hook`` is left to Triton).
+    benchmark loop. ``preload``: load the model from now, in a thread (``tune.preload``).
+    ``precompile``: under plain ``triton.autotune``, compile the kept configs in threads
+    (True: one per core; an int: that many; False: one by one as Triton does) before Triton
+    benchmarks them (GPU only; a ``pre_hook`` runs first, on copied descriptors).
 
     >>> import triton, costtune
     >>> @triton.autotune(configs=[triton.Config({"BLOCK_M": 64, "BLOCK_N": 64,
