@@ -302,3 +302,29 @@ def test_refuse_for_family_and_alignment():
     unaligned = gemm_args(1000, 1000, 1000)
     assert feasibility.refuse_for_family("gemm", {"M": 1000, "N": 1000, "K": 1000}, "float16",
                                          params, args=unaligned, target=H200) == {}
+
+
+def test_untrained_rule_holds_after_stage_two(monkeypatch):
+    """Stage 2 re-orders the shortlist; the kept list still holds the k best trained configs
+    (here a stand-in stage 2 that moves every untrained config to the front)."""
+    import numpy as np
+
+    from costtune.tune.pruner import ConfigPruner
+
+    def untrained(p):
+        return p["BLOCK_M"] * p["BLOCK_N"] > 128 * 32 * p["num_warps"]
+
+    def stage2(self, launch, params, features, keys, order, decision, notes):
+        short, rest = list(order[:32]), order[32:]
+        first = [j for j in short if untrained(params[j])]
+        decision.stage2 = True
+        return np.array(first + [j for j in short if j not in first] + list(rest))
+
+    monkeypatch.setattr(ConfigPruner, "_stage2", stage2)
+    pruner = costtune.prune_configs_by("h200", 8, family="gemm", two_stage=True,
+                                       widen=8)["early_config_prune"]
+    kept = pruner(UNFILTERED, gemm_args(4096, 4096, 4096))
+    flags = [c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] > 128 * 32 * c.num_warps for c in kept]
+    assert pruner.last.stage2 and any(flags)
+    assert sum(not f for f in flags) == 8 and not flags[-1]
+    assert pruner.last.k == len(kept) <= 64
