@@ -13,8 +13,12 @@ the .md/.csv from those files on a CPU.
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from functools import cache
 from importlib import metadata
@@ -135,3 +139,33 @@ def load_dataset(dataset: Path = DATASET, **kw: Any) -> pd.DataFrame:
     import costtune
 
     return costtune.load_dataset(dataset, **kw)
+
+
+def run_child(cmd: list[str], *, env: dict[str, str], timeout_s: float,
+              tail: int = 1500) -> dict[str, Any]:
+    """Run ``cmd`` (a fresh process, cwd the repository) and read its last ``RESULT {json}``
+    stdout line: {"status": "ok", "process_s", **result}, or status "timeout" / "failed"
+    (with the last ``tail`` characters of its stderr, else stdout)."""
+    start = time.perf_counter()
+    try:
+        res = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+                             timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "process_s": time.perf_counter() - start}
+    out = {"process_s": time.perf_counter() - start}
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    if res.returncode != 0 or not lines:
+        return {**out, "status": "failed", "error": (res.stderr or res.stdout)[-tail:]}
+    return {**out, "status": "ok", **json.loads(lines[-1][len("RESULT "):])}
+
+
+def fresh_env(tmp: str, **extra: str) -> dict[str, str]:
+    """A child process's environment for a cold run: Triton's cache and costtune's feature
+    cache in the new folder ``tmp``, this checkout importable, compiling for the GPU (never
+    the interpreter), plus ``extra``."""
+    env = {**os.environ, "TRITON_CACHE_DIR": f"{tmp}/triton",
+           "COSTTUNE_CACHE": f"{tmp}/features", "PYTHONUNBUFFERED": "1", **extra,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                       os.environ.get("PYTHONPATH")]))}
+    env.pop("TRITON_INTERPRET", None)
+    return env

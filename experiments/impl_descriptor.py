@@ -27,7 +27,6 @@ from typing import Any
 if __package__ in (None, ""):  # started as a file: make the `experiments` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments import harness  # noqa: E402
@@ -38,30 +37,18 @@ MODELS_DIR = harness.ROOT / "costtune" / "models"
 SHIP_FAMILIES = ("softmax",)  # where the descriptor wins (below); gemm/attention: no change
 
 
-def _matrix(rows: pd.DataFrame, desc: bool) -> np.ndarray:
-    from costtune.model.features import design_matrix, feature_names
-
-    features = "static+src" if desc else "static"
-    return design_matrix(rows, feature_names(features), features=features)
-
-
 def fit(train: pd.DataFrame, family: str, desc: bool) -> Any:
-    import xgboost as xgb
-
+    """The shipped stage-1 defaults, one family, with or without the source features."""
     from costtune.evaluate import default_model
 
-    model = default_model(family=family)
-    rows, target, groups = model._targets(train)
-    dmat = xgb.DMatrix(_matrix(rows, desc), label=target, nthread=1)
-    dmat.set_group(groups)
-    return xgb.train(model._xgb_params(), dmat, num_boost_round=model.n_estimators)
+    return default_model(family=family, features="static+src" if desc else "static").fit(train)
 
 
-def scores(booster: Any, test: pd.DataFrame, desc: bool) -> dict[str, float]:
+def scores(model: Any, test: pd.DataFrame) -> dict[str, float]:
     from costtune.evaluate.metrics import rankings_from_scores, topk_scores, topk_table
 
     test = test.reset_index(drop=True)
-    s = np.asarray(booster.inplace_predict(_matrix(test, desc)), dtype=float)
+    s = model.predict(test)
     return topk_scores(topk_table(test, rankings_from_scores(test, s), ks=KS), ks=KS,
                        worst=(8,))
 
@@ -76,23 +63,23 @@ def run(df: pd.DataFrame, family: str) -> list[dict[str, Any]]:
     orig = family
     out = []
 
-    def record(protocol: str, held: str, model: str, booster: Any, desc: bool) -> None:
-        sc = scores(booster, test[test["implementation"] == held], desc)
+    def record(protocol: str, held: str, model: str, fitted: Any) -> None:
+        sc = scores(fitted, test[test["implementation"] == held])
         out.append({"family": family, "protocol": protocol, "scored": held, "model": model,
                     **{k: round(float(v), 4) for k, v in sc.items()}})
         print(f"  {protocol:16s} {held:18s} {model:18s} " + " ".join(
             f"{k} {v:.3f}" for k, v in sc.items()), flush=True)
 
     record("in-distribution", orig, "originals/static",
-           fit(train[train["implementation"] == orig], family, False), False)
+           fit(train[train["implementation"] == orig], family, False))
     for desc in (False, True):
         name = "all/static+desc" if desc else "all/static"
-        record("in-distribution", orig, name, fit(train, family, desc), desc)
+        record("in-distribution", orig, name, fit(train, family, desc))
     for held in IMPLEMENTATIONS[family]:
         rest = train[train["implementation"] != held]
         for desc in (False, True):
             name = "others/static+desc" if desc else "others/static"
-            record("held out", held, name, fit(rest, family, desc), desc)
+            record("held out", held, name, fit(rest, family, desc))
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import torch
 import triton
 import triton.language as tl
 
@@ -26,6 +27,18 @@ def masked_tile_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
                     other=0.0)
         acc += tl.dot(a, b)
     tl.store(out + rm[:, None] * n + rn[None, :], acc, mask=(rm[:, None] < m) & (rn[None, :] < n))
+
+
+def launch_tile_matmul(tuner, m: int, n: int, k: int) -> str:
+    """One launch of a tuner over a ``masked_tile_matmul`` kernel (config names BM, BN, BK) on
+    seeded fp16 inputs, checked against torch; the config it used."""
+    torch.manual_seed(0)
+    x, y = (torch.randn(s).to(torch.float16) for s in ((m, k), (k, n)))
+    c = torch.empty(m, n, dtype=torch.float32)
+    tuner[lambda meta: (triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"]))](
+        x, y, c, m, n, k)
+    assert torch.allclose(c, x.float() @ y.float(), rtol=1e-3, atol=1e-3)
+    return str(tuner.best_config)
 
 
 class Bench:

@@ -19,10 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
 import triton
 import triton.language as tl
-from helpers import Bench, masked_tile_matmul
+from helpers import Bench, launch_tile_matmul, masked_tile_matmul
 
 import costtune
 
@@ -87,13 +86,7 @@ def worker(out: str, cache: str, options: str = "{}") -> None:
             return check(key, configs, bench_fn)
 
         tuner.check_disk_cache = spy
-    m, n, k = 16, 128, 256
-    torch.manual_seed(0)
-    x, y = (torch.randn(s).to(torch.float16) for s in ((m, k), (k, n)))
-    c = torch.empty(m, n, dtype=torch.float32)
-    tuner[lambda meta: (triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"]))](
-        x, y, c, m, n, k)
-    assert torch.allclose(c, x.float() @ y.float(), rtol=1e-3, atol=1e-3)
+    launch_tile_matmul(tuner, 16, 128, 256)
     last = tuner.early_config_prune.last  # None when the pruner did not run
     Path(out).write_text(json.dumps({
         "calls": bench.calls, "best": str(tuner.best_config), "handed": handed,

@@ -14,7 +14,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import Bench, masked_tile_matmul, ours
+from helpers import Bench, launch_tile_matmul, masked_tile_matmul, ours
 
 import costtune
 from costtune.kernels import gemm, relative_error
@@ -647,12 +647,7 @@ def test_plain_autotune_hook_precompiles_what_it_keeps(option, monkeypatch):
                                      params={"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"})
     tuner = triton.autotune(configs, key=["m", "n", "k"], prune_configs_by=hook,
                             do_bench=Bench())(hooked_matmul)
-    m, n, k = 16, 128, 64
-    x, y = torch.randn(m, k).half(), torch.randn(k, n).half()
-    c = torch.empty(m, n)
-    tuner[lambda meta: (triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"]))](
-        x, y, c, m, n, k)
-    assert torch.allclose(c, x.float() @ y.float(), rtol=1e-3, atol=1e-3)
+    launch_tile_matmul(tuner, 16, 128, 64)
     last = tuner.early_config_prune.last
     if option is False:
         assert calls == [] and last.precompiled is None

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from costtune.model.files import (
-    ModelSchemaError,
     check_booster,
-    is_shipped_name,
+    fitted_attributes,
+    load_for_family,
     read_meta,
 )
 from costtune.model.files import resolve as _resolve
@@ -47,15 +47,8 @@ class CompactModel:
         self.objective = params.get("objective", "rank:pairwise")
         self.n_jobs = params.get("n_jobs", 1)
         self.family = params.get("family")
-        self.families_ = list(meta["families"])
-        self.feature_names_ = list(meta["feature_names"])
-        self.gpu_ = meta.get("gpu")
-        self.triton_version_ = meta.get("triton_version")
-        self.train_hash_ = meta.get("train_hash")
-        self.n_train_rows_ = meta.get("n_train_rows")
-        self.n_train_workloads_ = meta.get("n_train_workloads")
-        self.shape_ranges_ = {f: {k: tuple(v) for k, v in r.items()}
-                              for f, r in meta.get("shape_ranges", {}).items()}
+        for name, value in fitted_attributes(meta).items():
+            setattr(self, name, value)
         if forest.n_features != len(self.feature_names_):
             raise ForestUnavailable(f"{path}: forest has {forest.n_features} features, the "
                                     f"model {len(self.feature_names_)}")
@@ -89,15 +82,7 @@ class CompactModel:
                  ) -> tuple[CompactModel, str | None]:
         """``CostModel.load_for``'s choice (a shipped name's ``<name>_<family>`` first, else
         ``<name>``), loaded compact; (model, a note when the family file was unusable)."""
-        note = None
-        if is_shipped_name(path_or_name):
-            try:
-                return cls.load(f"{os.fspath(path_or_name)}_{family}"), None
-            except FileNotFoundError:
-                pass
-            except ModelSchemaError as exc:  # the cross-family model may still serve
-                note = f"{family} model {path_or_name}_{family} is unusable ({exc})"
-        return cls.load(path_or_name), note
+        return load_for_family(cls.load, path_or_name, family)
 
     def predict(self, data: pd.DataFrame, **attach_kwargs: Any) -> np.ndarray:
         """One score per row; higher = predicted faster. Compare scores within a workload."""

@@ -141,6 +141,34 @@ def read_meta(json_path: Path) -> dict[str, Any]:
     return meta
 
 
+def fitted_attributes(meta: dict[str, Any]) -> dict[str, Any]:
+    """The fitted attributes a saved model's JSON restores (``CostModel.load`` and
+    ``CompactModel`` both set them)."""
+    return {
+        "feature_names_": list(meta["feature_names"]), "families_": list(meta["families"]),
+        "gpu_": meta.get("gpu"), "triton_version_": meta.get("triton_version"),
+        "train_hash_": meta.get("train_hash"), "n_train_rows_": meta.get("n_train_rows"),
+        "n_train_workloads_": meta.get("n_train_workloads"),
+        "shape_ranges_": {f: {k: tuple(v) for k, v in r.items()}
+                          for f, r in meta.get("shape_ranges", {}).items()}}
+
+
+def load_for_family(load: Any, path_or_name: str | os.PathLike, family: str
+                    ) -> tuple[Any, str | None]:
+    """``load`` of the model that serves ``family``: for a shipped name such as ``"h200"``,
+    the family's own ``h200_<family>`` when there is one, else ``h200``; a path as is.
+    Returns (model, a note when a family file was unusable and passed over)."""
+    note = None
+    if is_shipped_name(path_or_name):
+        try:
+            return load(f"{os.fspath(path_or_name)}_{family}"), None
+        except FileNotFoundError:
+            pass
+        except ModelSchemaError as exc:  # the cross-family model may still serve
+            note = f"{family} model {path_or_name}_{family} is unusable ({exc})"
+    return load(path_or_name), note
+
+
 def check_booster(json_path: Path) -> Path:
     """The booster file of ``json_path`` (its own stem); ModelSchemaError when absent."""
     booster = json_path.with_suffix(".ubj")

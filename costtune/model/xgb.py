@@ -44,9 +44,10 @@ from costtune.model.features import (
 from costtune.model.files import (
     MODEL_FORMAT,
     MODEL_SCHEMA_VERSION,
-    ModelSchemaError,
-    is_shipped_name,
+    ModelSchemaError,  # noqa: F401  (re-exported: where tests and users find it)
+    fitted_attributes,
     load_booster,
+    load_for_family,
     read_meta,
 )
 from costtune.model.files import model_paths as _model_paths
@@ -273,15 +274,7 @@ class CostModel(BaseEstimator):
         """The model that serves ``family``: for a shipped name such as ``"h200"``, the family's
         own ``h200_<family>`` when shipped, else the cross-family ``h200``; a path loads as is.
         Returns (model, a note when a family file was unusable and passed over)."""
-        note = None
-        if is_shipped_name(path_or_name):
-            try:
-                return cls.load(f"{os.fspath(path_or_name)}_{family}"), None
-            except FileNotFoundError:
-                pass
-            except ModelSchemaError as exc:  # the cross-family model may still serve
-                note = f"{family} model {path_or_name}_{family} is unusable ({exc})"
-        return cls.load(path_or_name), note
+        return load_for_family(cls.load, path_or_name, family)
 
     @classmethod
     def load(cls, path_or_name: str | os.PathLike) -> CostModel:
@@ -294,15 +287,8 @@ class CostModel(BaseEstimator):
         meta = read_meta(json_path)  # format, schema, parameter names, feature list
         model = cls(**meta["params"])
         model.booster_ = load_booster(json_path)
-        model.feature_names_ = list(meta["feature_names"])
-        model.families_ = list(meta["families"])
-        model.gpu_ = meta.get("gpu")
-        model.triton_version_ = meta.get("triton_version")
-        model.train_hash_ = meta.get("train_hash")
-        model.n_train_rows_ = meta.get("n_train_rows")
-        model.n_train_workloads_ = meta.get("n_train_workloads")
-        model.shape_ranges_ = {f: {k: tuple(v) for k, v in r.items()}
-                               for f, r in meta.get("shape_ranges", {}).items()}
+        for name, value in fitted_attributes(meta).items():
+            setattr(model, name, value)
         return model
 
 

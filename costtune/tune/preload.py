@@ -74,11 +74,7 @@ def preload(model: Any, family: str | None, *, two_stage: bool = False,
         except Exception:  # the tuning call loads it again and warns
             pass
 
-    thread = threading.Thread(target=work, name="costtune-preload", daemon=True)
-    thread.start()
-    with _STARTED_LOCK:
-        _RUNNING[:] = [t for t in _RUNNING if t.is_alive()] + [thread]
-    return thread
+    return _start(work, "costtune-preload")
 
 
 def warm_triton_key() -> None:
@@ -101,7 +97,12 @@ def start_warm() -> threading.Thread | None:
 
     if multiprocessing.parent_process():
         return None
-    thread = threading.Thread(target=warm_triton_key, name="costtune-warm", daemon=True)
+    return _start(warm_triton_key, "costtune-warm")
+
+
+def _start(target: Any, name: str) -> threading.Thread:
+    """``target`` in a daemon thread that ``wait`` joins."""
+    thread = threading.Thread(target=target, name=name, daemon=True)
     thread.start()
     with _STARTED_LOCK:
         _RUNNING[:] = [t for t in _RUNNING if t.is_alive()] + [thread]

@@ -17,14 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from experiments.cold_tune.cases import CACHED, CASES, METHODS, ROOT, estimate_s, parse_method
+from experiments import harness
+from experiments.cold_tune.cases import CACHED, CASES, METHODS, estimate_s, parse_method
 
 MODULE = "experiments.cold_tune.child"
 
@@ -45,26 +45,12 @@ def plan(cases: list[str], *, shapes: int, done: set[tuple], cached: bool,
 
 
 def child_env(tmp: str) -> dict[str, str]:
-    env = {**os.environ, "TRITON_CACHE_DIR": f"{tmp}/triton", "COSTTUNE_CACHE": f"{tmp}/ft",
-           "COSTTUNE_HOME": f"{tmp}/home", "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                       os.environ.get("PYTHONPATH")]))}
-    env.pop("TRITON_INTERPRET", None)
-    return env
+    return harness.fresh_env(tmp, COSTTUNE_HOME=f"{tmp}/home")  # no learned models either
 
 
 def child(args: list[str], *, env: dict[str, str], timeout_s: float) -> dict[str, Any]:
-    start = time.perf_counter()
-    try:
-        res = subprocess.run([sys.executable, "-m", MODULE, *args], env=env, cwd=ROOT,
-                             capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "process_s": time.perf_counter() - start}
-    out = {"process_s": time.perf_counter() - start}
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
-    if res.returncode != 0 or not lines:
-        return {**out, "status": "failed", "error": (res.stderr or res.stdout)[-1500:]}
-    return {**out, "status": "ok", **json.loads(lines[-1][len("RESULT "):])}
+    return harness.run_child([sys.executable, "-m", MODULE, *args], env=env,
+                             timeout_s=timeout_s)
 
 
 def run_cold(name: str, shape: int, method: str, *, timeout_s: float) -> dict[str, Any]:

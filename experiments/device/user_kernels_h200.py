@@ -44,7 +44,6 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -186,25 +185,15 @@ def retime(chosen: dict[str, list[str]], *, rounds: int, reps: int) -> dict[str,
 
 
 def child(cmd: list[str], *, timeout_s: float, env: dict[str, str]) -> dict[str, Any]:
-    start = time.perf_counter()
-    try:
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "process_s": time.perf_counter() - start}
-    out = {"process_s": time.perf_counter() - start}
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
-    if res.returncode != 0 or not lines:
-        return {**out, "status": "failed", "error": (res.stderr or res.stdout)[-1200:]}
-    return {**out, "status": "ok", **json.loads(lines[-1][len("RESULT "):])}
+    from harness import run_child  # experiments/ is on sys.path (above)
+
+    return run_child(cmd, env=env, timeout_s=timeout_s, tail=1200)
 
 
 def child_env(tmp: str) -> dict[str, str]:
-    env = {**os.environ, "TRITON_CACHE_DIR": f"{tmp}/triton",
-           "COSTTUNE_CACHE": f"{tmp}/features", "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                       os.environ.get("PYTHONPATH")]))}
-    env.pop("TRITON_INTERPRET", None)
-    return env
+    from harness import fresh_env
+
+    return fresh_env(tmp)
 
 
 def load_jsonl(path: Path) -> list[dict[str, Any]]:
