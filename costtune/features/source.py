@@ -37,9 +37,11 @@ _REDUCES = {"max", "min", "sum", "reduce", "argmax", "argmin", "xor_sum", "cumsu
 _FLAGS = ("src_loop_depth", "src_persistent", "src_descriptors")  # max, not sum, over kernels
 
 
-def jit_function(fn: Any) -> Any:
+def source_function(fn: Any) -> Any:
     """The jit function under autotuners and heuristics (``fn`` itself when it is one: a
-    ``JITFunction``, or the interpreter's ``InterpretedFunction``); None when there is none."""
+    ``JITFunction``, or the interpreter's ``InterpretedFunction``, whose Python source reads
+    the same); None when there is none. ``build.aot.jit_function`` is the compile's
+    counterpart: it needs a real ``JITFunction`` and raises otherwise."""
     for _ in range(8):
         if isinstance(getattr(fn, "fn", None), types.FunctionType):
             return fn
@@ -53,7 +55,7 @@ def describe(fn: Any) -> dict[str, float]:
     """The source features of a ``@triton.jit`` function (or an autotuner over one) and of
     the jit helpers it calls by name; all zero when no source can be read."""
     counts = dict.fromkeys(SOURCE_FEATURES, 0.0)
-    root = jit_function(fn)
+    root = source_function(fn)
     if root is None:
         return counts
     seen: set[int] = set()
@@ -86,7 +88,7 @@ def _walk(f: Any, depth0: int, counts: dict[str, float], seen: set[int]) -> None
         if isinstance(node, ast.Attribute):
             _count(node, counts, scope)
         if isinstance(node, ast.Call):
-            callee = jit_function(_resolve(node.func, scope))
+            callee = source_function(_resolve(node.func, scope))
             if callee is not None:
                 _walk(callee, depth, counts, seen)
         for child in ast.iter_child_nodes(node):
@@ -129,7 +131,7 @@ def described(fn: Any) -> dict[str, float]:
     """``describe(fn)``, once per jit function (the pruner asks at every tuning call); a
     copy, so no caller can change what the next one gets. Held weakly: a kernel that goes
     away takes its entry with it."""
-    root = jit_function(fn)
+    root = source_function(fn)
     if root is None:
         return describe(fn)
     try:
