@@ -26,10 +26,12 @@ def test_the_gemm_list_is_the_328_configs_that_fit():
 
 
 def test_method_names():
-    assert parse_method("exhaustive") == ("exhaustive", None, False)
-    assert parse_method("hook:4") == ("hook", 4, False)
-    assert parse_method("costtune.autotune:8+cache") == ("costtune.autotune", 8, True)
-    for bad in ("hook", "costtune:8", "hook:x"):
+    assert parse_method("exhaustive") == ("exhaustive", None, False, None)
+    assert parse_method("hook:4") == ("hook", 4, False, None)
+    assert parse_method("costtune.autotune:8+cache") == ("costtune.autotune", 8, True, None)
+    assert parse_method("hook:8@threads") == ("hook", 8, False, "threads")
+    assert parse_method("costtune.autotune:8+cache@processes")[2:] == (True, "processes")
+    for bad in ("hook", "costtune:8", "hook:x", "hook:8@fork", "exhaustive@threads"):
         with pytest.raises(ValueError, match="unknown method"):
             parse_method(bad)
 

@@ -488,6 +488,32 @@ def test_two_stage_and_precompile_on_gpu(train_rows, tmp_path):
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["processes", "threads"])
+def test_precompile_executors_on_gpu(mode, tmp_path, monkeypatch):
+    """On the GPU, both executors precompile every kept config before the benchmark loop;
+    with processes this process compiles nothing itself (every compile here is a hit in
+    Triton's disk cache, filled by the forked children), and the tuned GEMM is right."""
+    from triton import knobs
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    hits = []
+    monkeypatch.setattr(knobs.compilation, "listener", lambda **kw: hits.append(kw["cache_hit"]))
+    tuner = costtune.autotune(SMALL, ["M", "N", "K"], top_k=3, family="gemm",
+                              reset_to_zero=["c_ptr"], precompile=mode)(gemm._gemm_kernel)
+    x = gemm.make_inputs({"M": 384, "N": 640, "K": 512}, "float16", device="cuda")
+    c = torch.zeros(384, 640, dtype=torch.float32, device="cuda")
+    grid = lambda meta: (triton.cdiv(384, meta["BLOCK_M"]) * triton.cdiv(640, meta["BLOCK_N"]),
+                         meta["SPLIT_K"])
+    a, b = x["a"], x["b"]
+    tuner[grid](a, b, c, 384, 640, 512, *a.stride(), *b.stride(), *c.stride(), GROUP_M=8,
+                UPCAST_DOT=False)
+    last = tuner.early_config_prune.last
+    assert last.precompiled == (last.k, last.k) and last.k >= 2
+    assert len(hits) >= last.k and all(hits) == (mode == "processes")
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
 def test_prune_vs_exhaustive_plans_on_cpu(capsys, tmp_path):
     """The GPU experiment's argument parsing, plan and resume log (its runs need the H200)."""
     import importlib
@@ -625,16 +651,17 @@ def test_preload_loads_the_model_before_the_first_call(model, monkeypatch, tmp_p
     assert tuner.early_config_prune.last.k == len(USER)
 
 
-@pytest.mark.parametrize("option", [True, 3, False])
+@pytest.mark.parametrize("option", [True, 3, False, "threads", "processes"])
 def test_plain_autotune_hook_precompiles_what_it_keeps(option, monkeypatch):
     """Under plain triton.autotune the pruner hands the kept configs (and only those) to the
-    parallel precompile before Triton benchmarks them, with the thread count asked for;
-    precompile=False leaves compiling to Triton; costtune.autotune's own tuner is skipped."""
+    parallel precompile before Triton benchmarks them, with the executor and worker count
+    asked for (True: forked processes); precompile=False leaves compiling to Triton;
+    costtune.autotune's own tuner is skipped."""
     import costtune.tune.precompile as module
 
     calls = []
     monkeypatch.setattr(module, "precompile", lambda tuner, kept, **kw: calls.append(
-        (tuner, [str(c) for c in kept], kw["threads"])) or (len(kept), len(kept)))
+        (tuner, [str(c) for c in kept], kw["threads"], kw["mode"])) or (len(kept), len(kept)))
 
     @triton.jit
     def hooked_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
@@ -654,12 +681,16 @@ def test_plain_autotune_hook_precompiles_what_it_keeps(option, monkeypatch):
         return
     assert len(calls) == 1 and calls[0][0] is tuner
     assert calls[0][1] == [str(c) for c in configs if config_key(c) in last.kept]
-    assert len(calls[0][1]) == last.k and calls[0][2] == (None if option is True else 3)
+    assert len(calls[0][1]) == last.k and calls[0][2] == (3 if option == 3 else None)
+    assert calls[0][3] == {True: "processes", 3: "threads"}.get(option, option)
     assert last.precompiled == (last.k, last.k)
     assert precompiler(object(), True) is not None and precompiler(None, True) is None
     assert precompiler(SimpleNamespace(precompile_threads=True), True) is None
-    with pytest.raises(ValueError, match="precompile"):
-        costtune.prune_configs_by("h200", 2, precompile=0)
+    for bad in (0, "fork", 2.5, None):
+        with pytest.raises(ValueError, match="precompile must be True, False, 'processes'"):
+            costtune.prune_configs_by("h200", 2, precompile=bad)
+        with pytest.raises(ValueError, match="precompile must be"):
+            costtune.autotune(configs, ["m"], precompile=bad)
 
 
 def test_precompile_runs_a_configs_pre_hook_on_copied_descriptors():

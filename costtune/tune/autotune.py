@@ -19,19 +19,19 @@ _PRUNE_OPTIONS = frozenset(inspect.signature(prune_configs_by).parameters)
 
 def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float | None = None,
              model: Any = "h200", family: str | None = None, problem: ProblemSpec = None,
-             precompile: bool | int = True, bench: str = "graph", check: Any = None,
+             precompile: bool | int | str = True, bench: str = "graph", check: Any = None,
              budget: Any = None, learn: bool = False, ranks: str = "each",
              **options: Any) -> Callable[[Any], Any]:
     """``triton.autotune`` that benchmarks only the ``top_k`` configs the cost model ranks
-    best and, on a GPU, first compiles them in parallel threads (``tune.precompile``; skipped
-    under the interpreter). ``precompile``: True (one thread per usable core, at most one
-    per config), an int (that many threads) or False (Triton compiles them one by one while
-    it benchmarks). ``bench``: "graph" times each kept config as the dataset was timed (CUDA
-    graph of launches after L2 flushes, ``measure.bench.graph_bench``), "triton" leaves Triton's
-    ``do_bench``; ``do_bench`` (or Triton's ``warmup``/``rep``/``use_cuda_graph``) passed in
-    options wins over both. ``options``: any
-    ``prune_configs_by`` option (``params``, ``two_stage``, ...) or ``triton.autotune``
-    argument (``do_bench``, ...).
+    best and, on a GPU, first compiles them in parallel (``tune.precompile``; skipped under
+    the interpreter). ``precompile``: True (forked processes on Linux, else threads; one per
+    usable core, at most one per config), "processes", "threads", an int (that many
+    threads) or False (Triton compiles them one by one while it benchmarks). ``bench``:
+    "graph" times each kept config as the dataset was timed (CUDA graph of launches after L2
+    flushes, ``measure.bench.graph_bench``), "triton" leaves Triton's ``do_bench``;
+    ``do_bench`` (or Triton's ``warmup``/``rep``/``use_cuda_graph``) passed in options wins
+    over both. ``options``: any ``prune_configs_by`` option (``params``, ``two_stage``, ...)
+    or ``triton.autotune`` argument (``do_bench``, ...).
 
     Never worse than exhaustive tuning: a kept config that fails to compile, does not fit or
     fails to launch is replaced by the next-ranked one, so ``top_k`` configs that run are
@@ -89,10 +89,9 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
             start_warm()  # but needs Triton's key of its own files: computed meanwhile
         prune = prune_configs_by(model, top_k, family=family, problem=problem, **kw)
         rest = {k: v for k, v in triton_kw.items() if k not in ("reset_to_zero", "restore_value")}
-        threads = precompile if precompile is False or precompile is True else int(precompile)
         return SafeAutotuner(fn, fn.arg_names, configs, key, triton_kw.get("reset_to_zero"),
                              triton_kw.get("restore_value"), prune_configs_by=prune,
-                             check=spec, precompile_threads=threads, budget=adaptive,
+                             check=spec, precompile_threads=precompile, budget=adaptive,
                              learner=Learner(fn, model=model) if learn else None,
                              ranks=ranks, **rest)
 
@@ -117,6 +116,7 @@ def _split(options: dict[str, Any], *, precompile: Any, bench: Any, ranks: Any
     import triton
 
     from costtune.measure.bench import BENCH_CHOICES, graph_bench
+    from costtune.tune.precompile import parse_precompile
     from costtune.tune.ranks import check_ranks
 
     triton_names = set(inspect.signature(triton.autotune).parameters) - {
@@ -126,9 +126,7 @@ def _split(options: dict[str, Any], *, precompile: Any, bench: Any, ranks: Any
         raise ValueError(f"unknown option(s) {unknown}; costtune.autotune takes "
                          f"{sorted(_PRUNE_OPTIONS)} and triton.autotune's {sorted(triton_names)}")
     check_ranks(ranks)
-    if not isinstance(precompile, bool) and (not isinstance(precompile, int) or precompile < 1):
-        raise ValueError(f"precompile must be True, False or a thread count >= 1, "
-                         f"got {precompile!r}")
+    parse_precompile(precompile)
     if bench not in BENCH_CHOICES:
         raise ValueError(f"unknown bench {bench!r}; use one of {list(BENCH_CHOICES)}")
     prune_kw = {k: v for k, v in options.items() if k in _PRUNE_OPTIONS}

@@ -3,11 +3,16 @@
 Triton compiles configs one after another while it benchmarks. Here the kernel is warmed up
 for every surviving config at once under Triton's own ``triton.AsyncCompileMode``: each
 ``warmup`` call binds and specializes the arguments in this thread, exactly as the benchmark
-launch will, and hands the compile to a thread pool (Triton's MLIR/LLVM passes and ptxas run
-without the GIL). On leaving, every compiled kernel is in the JIT's in-memory cache, so the
-benchmark loop launches them at once. Threads start instantly, where a spawned process pool
-cost ~6 s before its first compile on the H200 host (workers import torch and triton). GPU
-only: the interpreter compiles nothing.
+launch will, and hands the compile to an executor. On leaving, every compiled kernel is in the
+JIT's in-memory cache, so the benchmark loop launches them at once. Two executors:
+
+- ``"processes"``: forked children compile, this process loads from Triton's disk cache
+  (``build.forked``; Linux). Truly parallel, and a fork starts in milliseconds, where a
+  spawned pool cost ~6 s on the H200 host before its first compile (imports);
+- ``"threads"``: Triton's frontend holds the GIL, so threads overlap only the native passes
+  and ptxas (~2x over one by one for 13 GEMM configs on the H200 host).
+
+GPU only: the interpreter compiles nothing.
 
 >>> precompile(tuner, survivors, named_args=named_args, kwargs=kwargs)  # doctest: +SKIP
 (8, 8)
@@ -20,6 +25,25 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from costtune.build.threads import compile_threads, interpreting, thread_pool
+
+MODES = ("processes", "threads")
+DEFAULT_MODE = "processes"
+
+
+def parse_precompile(value: Any) -> tuple[str, int | None] | None:
+    """(executor, workers or None for one per usable core) for a ``precompile=`` value, None
+    for False. True: the default executor (``DEFAULT_MODE``); an int: that many threads;
+    "processes" / "threads". ValueError, naming the value, for anything else."""
+    if value is False:
+        return None
+    if value is True:
+        return DEFAULT_MODE, None
+    if isinstance(value, str) and value in MODES:
+        return value, None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return "threads", value
+    raise ValueError(f"precompile must be True, False, 'processes', 'threads' or a thread "
+                     f"count >= 1, got {value!r}")
 
 
 def can_precompile() -> bool:
@@ -35,11 +59,12 @@ def can_precompile() -> bool:
 
 
 def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, Any],
-               kwargs: Mapping[str, Any], threads: int | None = None,
+               kwargs: Mapping[str, Any], threads: int | None = None, mode: str = "threads",
                outcomes: list | None = None, min_configs: int = 2
                ) -> tuple[int, int] | None:
     """Compile ``configs`` of ``tuner`` (a triton Autotuner) for this call's arguments, in
-    ``threads`` threads (default: one per usable core, at most one per config); returns
+    ``threads`` workers (default: one per usable core, at most one per config) of ``mode``
+    ("processes" where ``build.forked`` can fork, else "threads"); returns
     (compiled, submitted), or None when skipped (no GPU, the interpreter, fewer than
     ``min_configs`` configs, a kernel under another autotuner). A config with a ``pre_hook``
     is compiled for the arguments its hook sets (``_hooked``); one whose compile fails (or
@@ -55,28 +80,40 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
     args = list(named_args.values())  # Triton's nargs: every positional argument, in order
     meta = {k: v for k, v in kwargs.items() if k != "warmup"}
     kernels = []
-    with thread_pool(compile_threads(len(configs), threads)) as pool:
-        mode = AsyncCompileMode(pool, ignore_errors=True)
+    with _executor(mode, compile_threads(len(configs), threads)) as pool:
+        async_mode = AsyncCompileMode(pool, ignore_errors=True)
         try:
-            with mode:
-                for config in configs:
-                    try:
-                        # The launch the benchmark makes (tuner.fn may be a Heuristics
-                        # wrapper, which adds its values), with warmup=True: compile only.
-                        call = (args if config.pre_hook is None
-                                else _hooked(named_args, meta, config))
-                        kernels.append(tuner.fn.run(*call, warmup=True,
-                                                    **{**meta, **config.all_kwargs()}))
-                    except Exception:  # e.g. a config the binder rejects: the benchmark
-                        kernels.append(None)  # meets and reports the same failure
+            with async_mode:
+                try:
+                    for config in configs:
+                        try:
+                            # The launch the benchmark makes (tuner.fn may be a Heuristics
+                            # wrapper, which adds its values), with warmup=True: compile only.
+                            call = (args if config.pre_hook is None
+                                    else _hooked(named_args, meta, config))
+                            kernels.append(tuner.fn.run(*call, warmup=True,
+                                                        **{**meta, **config.all_kwargs()}))
+                        except Exception:  # e.g. a config the binder rejects: the benchmark
+                            kernels.append(None)  # meets and reports the same failure
+                finally:  # a forked batch starts once every compile is submitted
+                    getattr(pool, "start", lambda: None)()
         finally:
             # Triton leaves the mode active if finishing it raised (a post-compile hook, an
             # interrupt); every later compile in this thread would then go to a closed pool.
-            if active_mode.get() is mode:
+            if active_mode.get() is async_mode:
                 active_mode.set(None)
     if outcomes is not None:
         outcomes.extend(_outcome(k) for k in kernels)
     return sum(_compiled(k) for k in kernels), len(configs)
+
+
+def _executor(mode: str, workers: int) -> Any:
+    if mode == "processes":
+        from costtune.build.forked import ForkCompiler, can_fork_compile
+
+        if can_fork_compile():
+            return ForkCompiler(workers)
+    return thread_pool(workers)
 
 
 def _hooked(named_args: Mapping[str, Any], meta: Mapping[str, Any], config: Any) -> list:
@@ -93,17 +130,20 @@ def _hooked(named_args: Mapping[str, Any], meta: Mapping[str, Any], config: Any)
     return [full[k] for k in named_args]
 
 
-def precompiler(tuner: Any, threads: bool | int) -> Any:
+def precompiler(tuner: Any, option: Any) -> Any:
     """The pruner's after-prune step under plain ``triton.autotune``: compile the kept configs
-    in parallel before Triton benchmarks them one by one; None for no tuner, ``threads``
-    False, or ``costtune.autotune``'s tuner (it precompiles what it benchmarks itself)."""
-    if tuner is None or threads is False or hasattr(tuner, "precompile_threads"):
+    in parallel before Triton benchmarks them one by one; None for no tuner, ``option``
+    False (a ``precompile=`` value), or ``costtune.autotune``'s tuner (it precompiles what it
+    benchmarks itself)."""
+    parsed = parse_precompile(option)
+    if tuner is None or parsed is None or hasattr(tuner, "precompile_threads"):
         return None
-    count = None if threads is True else int(threads)
+    mode, count = parsed
 
     def run(kept: list[Any], named_args: Mapping[str, Any], kwargs: Mapping[str, Any],
             family: str | None) -> tuple[int, int] | None:
-        return precompile(tuner, kept, named_args=named_args, kwargs=kwargs, threads=count)
+        return precompile(tuner, kept, named_args=named_args, kwargs=kwargs, threads=count,
+                          mode=mode)
 
     return run
 

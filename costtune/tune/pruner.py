@@ -63,7 +63,7 @@ from costtune.tune.launch import (
     describe,
     family_params,
 )
-from costtune.tune.precompile import precompiler
+from costtune.tune.precompile import parse_precompile, precompiler
 from costtune.tune.preload import preload as start_preload
 from costtune.tune.preload import wait as wait_for_preload
 from costtune.types import CosttuneWarning
@@ -81,15 +81,13 @@ class ConfigPruner:
     def __init__(self, *, model: Any, top_k: int | float, spec: LaunchSpec, two_stage: bool,
                  shortlist: int, stage2_model: Any, widen: int | None,
                  range_margin: float | None, workers: int | None,
-                 cache_dir: str | os.PathLike | None, precompile: bool | int = True) -> None:
+                 cache_dir: str | os.PathLike | None, precompile: bool | int | str = True
+                 ) -> None:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not top_k >= 0:
             raise ValueError(f"top_k must be a count or a fraction >= 0, got {top_k!r}")
         if int(shortlist) < 1:
             raise ValueError(f"shortlist must be >= 1, got {shortlist!r}")
-        if not isinstance(precompile, bool) and (not isinstance(precompile, int)
-                                                 or precompile < 1):
-            raise ValueError(f"precompile must be True, False or a thread count >= 1, "
-                             f"got {precompile!r}")
+        parse_precompile(precompile)
         if widen is not None and int(widen) < 1:
             raise ValueError(f"widen must be >= 1 or None, got {widen!r}")
         if range_margin is not None and not range_margin >= 0:
@@ -354,7 +352,7 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
                      range_margin: float | None = 1.0, workers: int | None = None,
                      cache_dir: str | os.PathLike | None = None,
                      preload: bool = True, trust_family: bool = False,
-                     precompile: bool | int = True) -> dict[str, Any]:
+                     precompile: bool | int | str = True) -> dict[str, Any]:
     """``prune_configs_by=`` for ``@triton.autotune``: Triton benchmarks the ``top_k`` configs
     the cost model ranks fastest (a float <= 1 is a fraction of the list; never fewer than 1).
 
@@ -375,9 +373,10 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     Configs that cannot launch are dropped before ranking (``tune.feasibility``); replacing a
     kept config that fails anyway, and ``check=``, need ``costtune.autotune``, which owns the
     benchmark loop. ``preload``: load the model from now, in a thread (``tune.preload``).
-    ``precompile``: under plain ``triton.autotune``, compile the kept configs in threads
-    (True: one per core; an int: that many; False: one by one as Triton does) before Triton
-    benchmarks them (GPU only; a ``pre_hook`` runs first, on copied descriptors).
+    ``precompile``: under plain ``triton.autotune``, compile the kept configs in parallel
+    before Triton benchmarks them (GPU only; a ``pre_hook`` runs first, on copied
+    descriptors): True (forked processes on Linux, else threads, one per core),
+    "processes", "threads", an int (that many threads) or False (one by one as Triton does).
 
     >>> import triton, costtune
     >>> @triton.autotune(configs=[triton.Config({"BLOCK_M": 64, "BLOCK_N": 64,

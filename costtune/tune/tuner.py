@@ -298,16 +298,17 @@ class SafeAutotuner(Autotuner):
 
     def _precompile(self, configs: list[Any], kwargs: dict, *, first: bool) -> list[Any]:
         """Per config the precompile's outcome (None: not precompiled)."""
-        if self.precompile_threads is False:
-            return [None] * len(configs)
         from costtune.tune import precompile as module
 
-        threads = None if self.precompile_threads is True else int(self.precompile_threads)
+        parsed = module.parse_precompile(self.precompile_threads)
+        if parsed is None:
+            return [None] * len(configs)
+        mode, threads = parsed
         outcomes: list[Any] = []
         start = time.perf_counter()
         try:
             counts = module.precompile(self, configs, named_args=self.nargs, kwargs=kwargs,
-                                       threads=threads, outcomes=outcomes,
+                                       threads=threads, mode=mode, outcomes=outcomes,
                                        min_configs=2 if first else 1)
         except Exception:  # precompiling only saves time: the benchmark compiles the rest
             counts, outcomes = None, []

@@ -69,17 +69,23 @@ CASES = {c.name: c for c in (
 )}
 
 
-def parse_method(method: str) -> tuple[str, int | None, bool]:
-    """("exhaustive" | "costtune.autotune" | "hook", k, cached)."""
-    cached = method.endswith("+cache")
-    base = method.removesuffix("+cache")
+def parse_method(method: str) -> tuple[str, int | None, bool, str | None]:
+    """("exhaustive" | "costtune.autotune" | "hook", k, cached, precompile) for names such as
+    ``costtune.autotune:8``, ``hook:8+cache`` or ``costtune.autotune:8@threads`` (the
+    precompile executor, "threads" or "processes"; None: costtune's default)."""
+    base, _, precompile = method.partition("@")
+    cached = base.endswith("+cache")
+    base = base.removesuffix("+cache")
+    if precompile and (precompile not in ("threads", "processes") or base == "exhaustive"):
+        raise ValueError(f"unknown method {method!r}: @threads or @processes after a "
+                         "costtune method only")
     if base == "exhaustive":
-        return base, None, cached
+        return base, None, cached, None
     name, _, k = base.partition(":")
     if name not in ("costtune.autotune", "hook") or not k.isdigit():
         raise ValueError(f"unknown method {method!r}; use exhaustive, costtune.autotune:K or "
-                         "hook:K (optionally +cache)")
-    return name, int(k), cached
+                         "hook:K (optionally +cache, @threads or @processes)")
+    return name, int(k), cached, precompile or None
 
 
 def shape_text(problem: dict[str, int]) -> str:
@@ -89,7 +95,7 @@ def shape_text(problem: dict[str, int]) -> str:
 
 def estimate_s(case: Case, method: str) -> float:
     """Rough seconds of one run's process (plan only): start, compiles, benchmarks."""
-    kind, k, _ = parse_method(method)
+    kind, k, *_ = parse_method(method)
     n = len(case.configs())
     start = 6.0  # process start, imports, inputs (session 7's runs: 5-6 s beyond the tune)
     if kind == "exhaustive":

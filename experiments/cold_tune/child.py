@@ -52,6 +52,7 @@ class Clock:
         self.compiles = 0
         self.compile_cpu = 0.0
         self.benched = 0
+        self.forks: list[Any] = []  # costtune's forked-compile batches (build.forked)
 
     def install(self) -> None:
         import costtune.tune.pruner as pruner
@@ -85,6 +86,15 @@ class Clock:
                 self.compile_in_bench += seconds
 
         triton.knobs.compilation.listener = listener
+        from costtune.build.forked import ForkCompiler
+
+        start_batch = ForkCompiler.start
+
+        def noted_start(pool: Any) -> None:
+            self.forks.append(pool)
+            start_batch(pool)
+
+        ForkCompiler.start = noted_start
 
     def _model(self, seconds: float) -> None:
         if threading.current_thread().name == "costtune-preload":
@@ -106,7 +116,7 @@ class Clock:
 
 
 def make_tuner(case: Any, method: str, clock: Clock, *, cpu: bool) -> Any:
-    kind, k, cached = parse_method(method)
+    kind, k, cached, precompile = parse_method(method)
     style = case.style()
     configs = case.configs() if not cpu else style.configs("cpu")
     if cpu:
@@ -121,11 +131,12 @@ def make_tuner(case: Any, method: str, clock: Clock, *, cpu: bool) -> Any:
         inner = triton.runtime.driver.active.get_benchmarker()  # as users run it
     do_bench = clock.bench(inner)
     extra = {"cache_results": True} if cached else {}
+    mode = {"precompile": precompile} if precompile else {}  # else costtune's default
     if kind == "costtune.autotune":
         return costtune.autotune(configs, key=list(style.key), top_k=k, do_bench=do_bench,
-                                 **extra)(style.kernel), configs
-    hook = ({"prune_configs_by": costtune.prune_configs_by(top_k=k)} if kind == "hook"
-            else {})
+                                 **mode, **extra)(style.kernel), configs
+    hook = ({"prune_configs_by": costtune.prune_configs_by(top_k=k, **mode)}
+            if kind == "hook" else {})
     return triton.autotune(configs, key=list(style.key), do_bench=do_bench, **hook,
                            **extra)(style.kernel), configs
 
@@ -181,6 +192,10 @@ def run_one(case_name: str, shape: int, method: str, *, cpu: bool = False) -> di
         # kernel no model was trained on.
         "timings": {str(c): _ms(t) for c, t in (getattr(tuner, "configs_timings", None)
                                                or {}).items()},
+        # Forked compiles: children started, jobs they compiled, jobs compiled here instead,
+        # and each job's seconds in its child.
+        "forked": [{"children": p.forked, "in_child": p.compiled_in_child,
+                    "here": p.ran_here, "child_s": p.child_seconds} for p in clock.forks],
     }
 
 

@@ -61,10 +61,10 @@ def table(raw: Path) -> pd.DataFrame:
             "import_s": r["import_s"], "preload_s": r["preload_s"],
             "process_s": r["process_s"], "chosen": r["chosen"],
             "commit": r["env"]["commit"], "date": r["env"]["date"]})
-    order = {m: j for j, m in enumerate(["exhaustive", "costtune.autotune:1",
-                                         "costtune.autotune:4", "costtune.autotune:8",
-                                         "costtune.autotune:16", "hook:1", "hook:4", "hook:8",
-                                         "hook:16", CACHED])}
+    order = {m: j for j, m in enumerate([
+        "exhaustive", "costtune.autotune:1", "costtune.autotune:4", "costtune.autotune:8",
+        "costtune.autotune:8@threads", "costtune.autotune:16", "hook:1", "hook:4", "hook:8",
+        "hook:8@threads", "hook:16", CACHED])}
     df = pd.DataFrame(rows)
     if df.empty:
         return df

@@ -29,15 +29,18 @@ from experiments.cold_tune.cases import CACHED, CASES, METHODS, estimate_s, pars
 MODULE = "experiments.cold_tune.child"
 
 
-def plan(cases: list[str], *, shapes: int, done: set[tuple], cached: bool,
+def plan(cases: list[str], *, shapes: int | list[int], done: set[tuple], cached: bool,
          methods: list[str] = METHODS) -> list[tuple[str, int, str, float]]:
-    """(case, shape, method, estimated s) in priority order: every shape of a case, each
-    with the reference first; the cache-hit pair after a case's first shape."""
+    """(case, shape, method, estimated s) in priority order: every shape of a case (the
+    first ``shapes``, or those listed), each with the reference first; the cache-hit pair
+    after a case's first shape."""
     runs = []
     for name in cases:
         case = CASES[name]
-        for i in range(min(shapes, len(case.shapes))):
-            for method in methods + ([CACHED] if cached and i == 0 else []):
+        picks = (list(range(min(shapes, len(case.shapes)))) if isinstance(shapes, int)
+                 else [i for i in shapes if i < len(case.shapes)])
+        for i in picks:
+            for method in methods + ([CACHED] if cached and i == picks[0] else []):
                 if (name, i, method) not in done:
                     est = estimate_s(case, method) * (2 if method == CACHED else 1)
                     runs.append((name, i, method, est))
@@ -118,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "cold")
     ap.add_argument("--resume-from", type=Path, action="append", default=[])
     ap.add_argument("--cases", default=",".join(CASES))
-    ap.add_argument("--shapes", type=int, default=3, help="shapes per case")
+    ap.add_argument("--shapes", type=int, default=3, help="shapes per case (the first N)")
+    ap.add_argument("--only-shapes", default="", help="instead: a comma list of shape indices")
     ap.add_argument("--no-cache-pair", action="store_true")
     ap.add_argument("--methods", default=",".join(METHODS), help="in priority order")
     ap.add_argument("--deadline-s", type=float, default=540.0)
@@ -145,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     methods = [m for m in args.methods.split(",") if m]
     for m in methods:
         parse_method(m)  # a one-line error for a bad name
-    todo = plan(cases, shapes=args.shapes, done=done, cached=not args.no_cache_pair,
+    shapes = ([int(i) for i in args.only_shapes.split(",") if i] if args.only_shapes
+              else args.shapes)
+    todo = plan(cases, shapes=shapes, done=done, cached=not args.no_cache_pair,
                 methods=methods)
     print(f"plan: {len(todo)} runs, ~{sum(e for *_, e in todo):.0f} s; "
           f"deadline {args.deadline_s:.0f} s")

@@ -1,0 +1,38 @@
+#!/bin/bash
+# Device call on nvidia-h200 (#20, tenth session): cold first-call tuning with the kept configs
+# compiled in forked processes (costtune's default now) beside threads (@threads), every run a
+# fresh process with fresh caches; exhaustive triton.autotune timed in the same call.
+#   run(command="export COSTTUNE_COMMIT=<hash> STEP=1; \
+#       bash experiments/device/call_cold_tune_procs_h200.sh", carry=[".whl"], timeout_s=600)
+# STEP=1: the GPU precompile tests; GEMM 4096^3 by every method (exhaustive included); GEMM
+#         2048x11008x4096 and 512x8192x8192 at k=8 (processes vs threads) and the cache pair.
+# STEP=2: exhaustive on the other two GEMM shapes and k = 1, 4, 16 there.
+# STEP=3: the Inductor softmax and tutorial-06 attention, every k=8 method, exhaustive, cache.
+# Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
+set -u
+source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
+{ date -u; nproc; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; } >>"$LOG"
+RAW=experiments/results/raw/cold_tune
+K8="costtune.autotune:8,costtune.autotune:8@threads,hook:8,hook:8@threads"
+REST="costtune.autotune:1,costtune.autotune:4,costtune.autotune:16,hook:1,hook:4,hook:16"
+cold() {  # deadline_s retime_s [run.py args...]
+  local deadline=$1 retime=$2; shift 2
+  timeout $((deadline + 30)) python3 -m experiments.cold_tune.run --out "$OUT/cold_tune" \
+    --resume-from "$RAW" --deadline-s "$deadline" --retime-s "$retime" "$@" >>"$LOG" 2>&1
+}
+case "${STEP:-1}" in
+  1)
+    timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_forked.py \
+      tests/test_hook.py -k "forked or precompile" >>"$LOG" 2>&1
+    cold 330 0 --cases tutorial03_matmul --only-shapes 1 --no-cache-pair \
+      --methods "$K8,exhaustive,$REST"
+    cold 170 60 --cases tutorial03_matmul --only-shapes 0,2 --methods "$K8" ;;
+  2)
+    cold 520 50 --cases tutorial03_matmul --only-shapes 0,2 --no-cache-pair \
+      --methods "exhaustive,$REST" ;;
+  3)
+    cold 520 80 --cases inductor_softmax,tutorial06_attention --shapes 2 \
+      --methods "$K8,exhaustive" ;;
+esac
+date -u >>"$LOG"
+tail -45 "$LOG"

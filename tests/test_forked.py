@@ -1,0 +1,160 @@
+"""build.forked: compile closures run in forked children, then here from Triton's disk cache;
+whatever a child fails to do is done here, so nothing depends on the children."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+import triton
+import triton.language as tl
+
+from costtune.build.forked import ForkCompiler, can_fork_compile
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork: Linux")
+PARENT = os.getpid()
+
+
+def in_child() -> bool:
+    return os.getpid() != PARENT
+
+
+def test_children_run_the_jobs_and_results_come_from_here(tmp_path):
+    """Each closure runs once in a child (its side effect: a file named by the child's pid)
+    and once here (its return value); shares are round-robin over the workers."""
+    def job(i):
+        def run():
+            (tmp_path / f"{i}-{os.getpid()}").write_text("")
+            return i * i
+        return run
+
+    with ForkCompiler(workers=3) as pool:
+        futures = [pool.submit(job(i)) for i in range(7)]
+        pool.start()
+    assert [f.result() for f in futures] == [i * i for i in range(7)]
+    pids = {}
+    for path in tmp_path.iterdir():
+        i, pid = map(int, path.name.split("-"))
+        pids.setdefault(i, set()).add(pid)
+    assert all(PARENT in pids[i] and len(pids[i]) == 2 for i in range(7))
+    children = {p for s in pids.values() for p in s} - {PARENT}
+    assert len(children) == 3 and pool.forked == 3
+    assert pool.compiled_in_child == 7 and pool.ran_here == 0
+    assert len(pool.child_seconds) == 7 and all(0 <= t < 10 for t in pool.child_seconds)
+
+
+def test_a_failing_job_fails_here_with_its_own_error():
+    def bad():
+        raise ValueError("no such config")
+
+    with ForkCompiler(workers=2) as pool:
+        futures = [pool.submit(bad), pool.submit(lambda: "fine")]
+        pool.start()
+    with pytest.raises(ValueError, match="no such config"):
+        futures[0].result()
+    assert futures[1].result() == "fine"
+    assert pool.compiled_in_child == 1 and pool.ran_here == 1
+
+
+def test_a_child_that_dies_or_stalls_is_replaced_here():
+    """A child that exits without a word, or hangs past stall_s, is reaped (killed) and its
+    jobs run here: the results are the same."""
+    def dies():
+        if in_child():
+            os._exit(3)
+        return "died there, ran here"
+
+    def stalls():
+        if in_child():
+            time.sleep(60)
+        return "stalled there, ran here"
+
+    start = time.perf_counter()
+    with ForkCompiler(workers=2, stall_s=1.0) as pool:
+        futures = [pool.submit(dies), pool.submit(stalls), pool.submit(dies)]
+        pool.start()
+    assert [f.result() for f in futures] == ["died there, ran here", "stalled there, ran here",
+                                             "died there, ran here"]
+    assert time.perf_counter() - start < 20
+    assert pool.ran_here == 3 and pool.compiled_in_child == 0
+
+
+def test_jobs_never_started_still_resolve_and_late_ones_run_in_threads():
+    with ForkCompiler(workers=2) as pool:
+        early = pool.submit(lambda: 1)
+    assert early.result() == 1  # shutdown started the batch
+    late = pool.submit(lambda x: x + 1, 41)
+    pool.shutdown()
+    assert late.result() == 42
+
+
+@triton.jit
+def _scale(x, y, n, factor, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y + offs, tl.load(x + offs, mask=mask) * factor, mask=mask)
+
+
+def _precompile_for_sm90(mode: str, cache_dir: str) -> list[tuple[str, bool]]:
+    """In a JIT (not interpreter) process with a stand-in sm_90 driver: costtune's precompile
+    of four configs through Triton's own warmup path; (kernel hash, this process's compile
+    was a disk-cache hit) per config."""
+    from types import SimpleNamespace
+
+    import torch
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import JITFunction
+
+    import costtune.tune.precompile as module
+
+    class StandInDriver:
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+    driver.set_active(StandInDriver())
+    knobs.cache.dir = cache_dir
+    hits: list[bool] = []
+    knobs.compilation.listener = lambda **kw: hits.append(kw["cache_hit"])
+    module.can_precompile = lambda: True
+    fn = JITFunction(_scale.fn if hasattr(_scale, "fn") else _scale)
+    x = torch.empty(4096, device="meta", dtype=torch.float16)
+    configs = [triton.Config({"BLOCK": b}, num_warps=4, num_stages=2)
+               for b in (128, 256, 512, 1024)]
+    outcomes: list = []
+    counts = module.precompile(SimpleNamespace(fn=fn), configs,
+                               named_args={"x": x, "y": x, "n": 4096, "factor": 2.0},
+                               kwargs={"grid": (1,)}, mode=mode, outcomes=outcomes)
+    assert counts == (4, 4) and outcomes == ["ok"] * 4, (counts, outcomes)
+    kernels = list(fn.device_caches[0][0].values())
+    assert len(hits) == len(kernels) == 4
+    return [(k.hash, hit) for k, hit in zip(kernels, hits)]
+
+
+def test_precompile_in_processes_loads_what_children_compiled(tmp_path):
+    """Through Triton's JIT (warmup under AsyncCompileMode), the forked children compile for
+    sm_90 and this process only loads from the disk cache: the same four kernels as threads
+    compile, and no compile here."""
+    from costtune.build.pool import get_pool, shutdown_pool
+
+    assert can_fork_compile()
+    pool = get_pool(1)
+    try:
+        forked = pool.submit(_precompile_for_sm90, "processes", str(tmp_path / "a")).result()
+        threads = pool.submit(_precompile_for_sm90, "threads", str(tmp_path / "b")).result()
+    finally:
+        shutdown_pool()
+    # (the JIT's cache fills in the order compiles finish)
+    assert sorted(h for h, _ in forked) == sorted(h for h, _ in threads)
+    assert len({h for h, _ in forked}) == 4
+    assert all(hit for _, hit in forked)  # compiled by the children
+    assert not any(hit for _, hit in threads)
