@@ -40,9 +40,35 @@ def test_children_run_the_jobs_and_results_come_from_here(tmp_path):
         pids.setdefault(i, set()).add(pid)
     assert all(PARENT in pids[i] and len(pids[i]) == 2 for i in range(7))
     children = {p for s in pids.values() for p in s} - {PARENT}
-    assert len(children) == 3 and pool.forked == 3
+    assert len(children) == 3 and pool.forked == 3 and pool.fork_s > 0
     assert pool.compiled_in_child == 7 and pool.ran_here == 0
     assert len(pool.child_seconds) == 7 and all(0 <= t < 10 for t in pool.child_seconds)
+
+
+def test_sixteen_children_fork_each_other_and_leave_none_behind(tmp_path):
+    """Child j forks j + 2**m: every job still runs in its own child, once, and every child
+    is reaped (its parent waits for it) before the batch ends."""
+    def job(i):
+        def run():
+            (tmp_path / f"{i}-{os.getpid()}-{os.getppid()}").write_text("")
+            return i
+        return run
+
+    with ForkCompiler(workers=16) as pool:
+        futures = [pool.submit(job(i)) for i in range(20)]
+        pool.start()
+    assert [f.result() for f in futures] == list(range(20))
+    seen = [tuple(map(int, p.name.split("-"))) for p in tmp_path.iterdir()]
+    in_children = [(i, pid, ppid) for i, pid, ppid in seen if pid != PARENT]
+    assert sorted(i for i, *_ in in_children) == list(range(20))
+    pids = {pid for _, pid, _ in in_children}
+    assert len(pids) == 16 and pool.forked == 16 and pool.compiled_in_child == 20
+    parents = {ppid for *_, ppid in in_children}
+    assert PARENT in parents and len(parents) > 1  # most were forked by other children
+    time.sleep(0.2)
+    for pid in pids:  # reaped: gone, not zombies
+        assert not os.path.exists(f"/proc/{pid}") or "Z" not in open(
+            f"/proc/{pid}/stat").read().split()[2]
 
 
 def test_a_failing_job_fails_here_with_its_own_error():

@@ -299,16 +299,39 @@ def test_precompile_compiles_survivors_in_threads(model_path, monkeypatch):
                                                             {"BLOCK": lambda a: 16})))
     assert not _compiles_directly(SimpleNamespace(fn=SimpleNamespace(fn=jit)))
     monkeypatch.setattr("costtune.tune.precompile.can_precompile", lambda: True)
-    # costtune.autotune runs it after pruning, with the survivors and the call's arguments
-    seen = []
-    monkeypatch.setattr("costtune.tune.precompile.precompile",
-                        lambda tuner, kept, **kw: seen.append((tuner, kept, kw)) or (2, 2))
+    # costtune.autotune starts it after pruning, with the survivors and the call's
+    # arguments, and benchmarks each config as its compile finishes (here: the second first)
+    seen, benched = [], []
+    from costtune.tune.precompile import Batch
+
+    class Done:
+        def shutdown(self, wait=True):
+            pass
+
+    class Reversed(Batch):
+        def __iter__(self):
+            for i in reversed(range(len(self.kernels))):
+                self.compiled += 1
+                yield i, "ok"
+
+    def start_batch(tuner, kept, **kw):
+        seen.append((tuner, kept, kw))
+        return Reversed(list(kept), Done(), 0.25)
+
+    monkeypatch.setattr("costtune.tune.precompile.start_batch", start_batch)
+    from triton.runtime.autotuner import Autotuner
+
+    plain = Autotuner._bench
+    monkeypatch.setattr(Autotuner, "_bench", lambda self, *a, config, **kw: benched.append(
+        config) or plain(self, *a, config=config, **kw))
     tuner = tiny_matmul_tuner(model_path, Bench(), precompile=3)
     run_tiny_matmul(tuner, 16, 128, 256)
     last = tuner.early_config_prune.last
-    assert last.precompiled == (2, 2) and last.precompile_ms >= 0
+    assert last.precompiled == (2, 2) and last.precompile_ms == 250
+    assert benched == list(reversed(seen[0][1]))
     (got, kept, kw), = seen
-    assert got is tuner and kw["threads"] == 3 and list(kw["named_args"]) == tuner.arg_names[:6]
+    assert got is tuner and kw["threads"] == 3 and kw["mode"] == "threads"
+    assert list(kw["named_args"]) == tuner.arg_names[:6]
     assert set(kept) == set(tuner.configs_timings)
 
 
@@ -499,8 +522,11 @@ def test_precompile_executors_on_gpu(mode, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     hits = []
     monkeypatch.setattr(knobs.compilation, "listener", lambda **kw: hits.append(kw["cache_hit"]))
+    from triton.runtime.jit import JITFunction
+
+    fresh = JITFunction(gemm._gemm_kernel.fn)  # an empty in-memory cache: every config compiles
     tuner = costtune.autotune(SMALL, ["M", "N", "K"], top_k=3, family="gemm",
-                              reset_to_zero=["c_ptr"], precompile=mode)(gemm._gemm_kernel)
+                              reset_to_zero=["c_ptr"], precompile=mode)(fresh)
     x = gemm.make_inputs({"M": 384, "N": 640, "K": 512}, "float16", device="cuda")
     c = torch.zeros(384, 640, dtype=torch.float32, device="cuda")
     grid = lambda meta: (triton.cdiv(384, meta["BLOCK_M"]) * triton.cdiv(640, meta["BLOCK_N"]),

@@ -1,17 +1,23 @@
 """Compiling in forked processes: the few dozen compiles of one tuning call, truly in parallel.
 
-Threads (``build.threads``) overlap little: Triton's Python frontend holds the GIL, so 13 GEMM
-configs took 2-2.7 s on the H200 host in 16 threads, ~2x better than one by one. A spawned pool
-must first import torch, triton and the user's module (~6 s there). A fork has all of that
-already, the user's kernel included (even one defined in ``__main__``), and needs no pickling:
-each child runs the very compile closures Triton hands an executor under
-``triton.AsyncCompileMode`` (``self.compile(src, target=..., options=...)``, the target given,
-so no CUDA call), writing to Triton's on-disk cache. This process then runs each closure again
-in a thread: a cache hit, the kernel loaded in milliseconds. Same closure, same cache key.
+Threads (``build.threads``) overlap only part of a compile: Triton's Python frontend holds the
+GIL. A spawned pool must first import torch, triton and the user's module (~6 s on the H200
+host). A fork has all of that already, the user's kernel included (even one defined in
+``__main__``), and needs no pickling: each child runs the very compile closures Triton hands an
+executor under ``triton.AsyncCompileMode`` (``self.compile(src, target=..., options=...)``, the
+target given, so no CUDA call), writing to Triton's on-disk cache. This process then runs each
+closure again in a thread: a cache hit, the kernel loaded in milliseconds. Same closure, same
+cache key.
+
+A fork copies the page tables of a process holding torch and a CUDA context: ~60 ms each on
+the H200 host, so 16 forks one after another would start the last child a second late. The
+children fork each other instead (child ``j`` forks ``j + 2**m`` for every ``2**m > j``): 16
+children are up after five fork times. Every process waits for the children it forked before
+it exits, so none is left unreaped.
 
 Nothing depends on the children: a closure whose child failed, died or stalled is run here (a
-real compile, so a real failure raises here as it would have), and a child that stops
-reporting for ``stall_s`` seconds is killed. Linux only; not when Triton recompiles every time
+real compile, so a real failure raises here as it would have), and a child that reports
+nothing for ``stall_s`` seconds is killed. Linux only; not when Triton recompiles every time
 (``TRITON_ALWAYS_COMPILE``), where the second run would compile again.
 
 >>> with ForkCompiler(workers=4) as pool:  # doctest: +SKIP
@@ -37,7 +43,9 @@ from typing import Any
 __all__ = ["ForkCompiler", "can_fork_compile"]
 
 _OK, _FAILED = b"1", b"0"
-_REPORT = struct.Struct("=cd")  # per job: verdict, seconds the child spent on it
+_PID = struct.Struct("=q")  # first, each child's pid
+_REPORT = struct.Struct("=cd")  # then per job: verdict, seconds the child spent on it
+Job = tuple[Callable[[], Any], Future]
 
 
 def can_fork_compile() -> bool:
@@ -63,14 +71,15 @@ class ForkCompiler(Executor):
     def __init__(self, workers: int, *, stall_s: float = 60.0) -> None:
         self.workers = max(1, int(workers))
         self.stall_s = float(stall_s)
-        self._jobs: list[tuple[Callable[[], Any], Future]] = []
+        self._jobs: list[Job] = []
         self._threads: list[threading.Thread] = []
         self._started = False
         self._count = threading.Lock()
-        self.forked = 0  # children started
+        self.forked = 0  # children that reported in
         self.compiled_in_child = 0  # closures a child ran without error
         self.ran_here = 0  # closures that compiled here (a child failed, stalled or none ran)
         self.child_seconds: list[float] = []  # each job's time in its child, as reported
+        self.fork_s = 0.0  # this process's time forking
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         future: Future = Future()
@@ -88,16 +97,24 @@ class ForkCompiler(Executor):
         self._started = True
         jobs, self._jobs = self._jobs, []
         n = min(self.workers, len(jobs))
-        shares = [jobs[i::n] for i in range(n)] if n else []
-        children = []
-        for share in shares:
-            child = self._fork(share)
-            if child is None:  # fork refused (no memory, no pids): compile here
-                self._spawn_thread(self._run_here, share)
-            else:
-                children.append((child, share))
-        for (pid, fd), share in children:
-            self._spawn_thread(self._collect, pid, fd, share)
+        if not n:
+            return
+        shares = [jobs[i::n] for i in range(n)]
+        start = time.perf_counter()
+        pipes = [os.pipe() for _ in range(n)]
+        pid = _fork()
+        if pid == 0:  # child 0: forks the others, in turn with them; never returns
+            _child(0, shares, pipes)
+        for _, write_fd in pipes:
+            os.close(write_fd)  # the children hold them: end of file once child j is gone
+        self.fork_s = time.perf_counter() - start
+        if pid is None:  # fork refused (no memory, no pids): compile here
+            for read_fd, _ in pipes:
+                os.close(read_fd)
+            self._spawn_thread(self._run_here, jobs)
+            return
+        for j, (read_fd, _) in enumerate(pipes):
+            self._spawn_thread(self._collect, read_fd, shares[j], pid if j == 0 else None)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self.start()  # jobs submitted but never started still resolve
@@ -111,48 +128,39 @@ class ForkCompiler(Executor):
         thread.start()
         self._threads.append(thread)
 
-    def _fork(self, share: list[tuple[Callable[[], Any], Future]]) -> tuple[int, int] | None:
-        read_fd, write_fd = os.pipe()
+    def _collect(self, fd: int, share: list[Job], direct: int | None) -> None:
+        """Read child's pid, then its verdict on each of its jobs, in order; load what it
+        compiled, compile here what it did not. ``direct``: the pid of this process's own
+        child (reaped here; the others are reaped by the child that forked them)."""
+        done, pid = 0, None
         try:
-            with warnings.catch_warnings():
-                # Python 3.12 warns on fork in a threaded process: the child runs only
-                # compiles (no CUDA, no locks of the parent's threads), and a child that
-                # stalls anyway is killed and its jobs compiled here.
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
-        except OSError:
-            os.close(read_fd)
-            os.close(write_fd)
-            return None
-        if pid == 0:  # the child: never returns
-            _child(share, read_fd, write_fd)
-        os.close(write_fd)
-        self.forked += 1
-        return pid, read_fd
-
-    def _collect(self, pid: int, fd: int, share: list[tuple[Callable[[], Any], Future]]
-                 ) -> None:
-        """Wait for the child's verdict on each of its jobs, in order; load what it compiled,
-        compile here what it did not."""
-        done = 0
-        try:
-            while done < len(share):
-                report = _read_report(fd, self.stall_s)
-                if report is None:  # the child died or stalled
-                    break
-                verdict, seconds = report
+            raw = _read(fd, _PID.size, self.stall_s)
+            if raw is not None:
+                (pid,) = _PID.unpack(raw)
                 with self._count:
-                    self.child_seconds.append(seconds)
-                    self.compiled_in_child += verdict == _OK
-                self._resolve(*share[done], in_child=verdict == _OK)
-                done += 1
+                    self.forked += 1
+                while done < len(share):
+                    raw = _read(fd, _REPORT.size, self.stall_s)
+                    if raw is None:  # the child died or stalled
+                        break
+                    verdict, seconds = _REPORT.unpack(raw)
+                    with self._count:
+                        self.child_seconds.append(seconds)
+                        self.compiled_in_child += verdict == _OK
+                    self._resolve(*share[done], in_child=verdict == _OK)
+                    done += 1
         finally:
             os.close(fd)
-            _reap(pid, kill=done < len(share))
+            if done < len(share) and pid is not None:  # stalled: stop it
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if direct is not None:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(direct, 0)
         for job in share[done:]:
             self._resolve(*job, in_child=False)
 
-    def _run_here(self, jobs: list[tuple[Callable[[], Any], Future]]) -> None:
+    def _run_here(self, jobs: list[Job]) -> None:
         for job in jobs:
             self._resolve(*job, in_child=False)
 
@@ -168,36 +176,68 @@ class ForkCompiler(Executor):
             future.set_exception(exc)
 
 
-def _child(share: list[tuple[Callable[[], Any], Future]], read_fd: int, write_fd: int) -> None:
-    """Run each job, report one byte per job, exit without running the parent's exit hooks
-    (or flushing its buffered output a second time)."""
+def _fork() -> int | None:
+    try:
+        with warnings.catch_warnings():
+            # Python 3.12 warns on fork in a threaded process: the child runs only compiles
+            # (no CUDA, no lock of the parent's threads), and a child that stalls anyway is
+            # killed and its jobs compiled here.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return os.fork()
+    except OSError:
+        return None
+
+
+def _child(j: int, shares: list[list[Job]], pipes: list[tuple[int, int]]) -> None:
+    """Child ``j``: fork children ``j + 2**m`` (each ``2**m > j``), run share ``j``, report
+    to pipe ``j`` (pid first, then one verdict per job), wait for the children it forked,
+    exit without running the parent's exit hooks (or flushing its output a second time)."""
     code = 0
     try:
-        os.close(read_fd)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        forked = []
+        m = j.bit_length()
+        while j + (1 << m) < len(shares):
+            pid = _fork()
+            if pid == 0:
+                j, forked, m = j + (1 << m), [], (j + (1 << m)).bit_length()
+                continue
+            if pid is not None:
+                forked.append(pid)
+            m += 1
+        for i, (read_fd, write_fd) in enumerate(pipes):
+            os.close(read_fd)
+            if i != j:
+                os.close(write_fd)
+        out = pipes[j][1]
         devnull = os.open(os.devnull, os.O_WRONLY)  # Triton prints whole PTX on a failure
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
-        for call, _ in share:
+        os.write(out, _PID.pack(os.getpid()))
+        for call, _ in shares[j]:
             start = time.perf_counter()
             try:
                 call()
                 verdict = _OK
             except BaseException:
                 verdict = _FAILED
-            os.write(write_fd, _REPORT.pack(verdict, time.perf_counter() - start))
+            os.write(out, _REPORT.pack(verdict, time.perf_counter() - start))
+        os.close(out)
+        for pid in forked:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
     except BaseException:
         code = 1
     finally:
         os._exit(code)
 
 
-def _read_report(fd: int, timeout_s: float) -> tuple[bytes, float] | None:
-    """One job's (verdict, seconds) from ``fd``; None at end of file, or when ``timeout_s``
-    passes without the whole report."""
+def _read(fd: int, size: int, timeout_s: float) -> bytes | None:
+    """``size`` bytes from ``fd``; None at end of file, or when ``timeout_s`` passes without
+    them all."""
     deadline = time.monotonic() + timeout_s
     data = b""
-    while len(data) < _REPORT.size:
+    while len(data) < size:
         left = deadline - time.monotonic()
         if left <= 0:
             return None
@@ -206,17 +246,8 @@ def _read_report(fd: int, timeout_s: float) -> tuple[bytes, float] | None:
         except InterruptedError:
             continue
         if ready:
-            chunk = os.read(fd, _REPORT.size - len(data))
+            chunk = os.read(fd, size - len(data))
             if not chunk:
                 return None
             data += chunk
-    verdict, seconds = _REPORT.unpack(data)
-    return verdict, seconds
-
-
-def _reap(pid: int, *, kill: bool) -> None:
-    if kill:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+    return data

@@ -21,7 +21,8 @@ GPU only: the interpreter compiles nothing.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from costtune.build.threads import compile_threads, interpreting, thread_pool
@@ -64,47 +65,101 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
                ) -> tuple[int, int] | None:
     """Compile ``configs`` of ``tuner`` (a triton Autotuner) for this call's arguments, in
     ``threads`` workers (default: one per usable core, at most one per config) of ``mode``
-    ("processes" where ``build.forked`` can fork, else "threads"); returns
-    (compiled, submitted), or None when skipped (no GPU, the interpreter, fewer than
-    ``min_configs`` configs, a kernel under another autotuner). A config with a ``pre_hook``
-    is compiled for the arguments its hook sets (``_hooked``); one whose compile fails (or
-    whose hook raises) is left to the benchmark loop, which compiles it as it would have.
-    ``outcomes``, when given, receives one entry per config: "ok", "failed" (the compile
+    ("processes" where ``build.forked`` can fork, else "threads"), and wait for all; returns
+    (compiled, submitted), or None when skipped (``start_batch``). ``outcomes``, when given,
+    receives one entry per config, in order (``Batch``)."""
+    batch = start_batch(tuner, configs, named_args=named_args, kwargs=kwargs,
+                        threads=threads, mode=mode, min_configs=min_configs)
+    if batch is None:
+        return None
+    with batch:
+        done = dict(batch)
+    if outcomes is not None:
+        outcomes.extend(done[i] for i in range(len(configs)))
+    return batch.compiled, len(configs)
+
+
+class Batch:
+    """Compiles under way, one per config: iterating yields (position, outcome) as each
+    finishes, its kernel then in the JIT's cache. Outcomes: "ok", "failed" (the compile
     raised), "too_big" (compiled, but needs more shared memory than this GPU has: it would
-    raise OutOfResources at launch) or None (not compiled here)."""
+    raise OutOfResources at launch) or None (not compiled here: the benchmark compiles it, as
+    Triton would have). ``waited_s``: time spent submitting and waiting, the compile time a
+    caller that benchmarks each config as it arrives is left with."""
+
+    def __init__(self, kernels: list[Any], pool: Any, waited_s: float) -> None:
+        self.kernels, self.pool, self.waited_s = kernels, pool, waited_s
+        self.compiled = 0
+
+    def __iter__(self) -> Iterator[tuple[int, str | None]]:
+        from concurrent.futures import as_completed
+
+        pending = {}
+        for i, kernel in enumerate(self.kernels):
+            if hasattr(kernel, "future"):
+                pending[kernel.future] = i
+            else:
+                yield self._done(i, kernel)
+        resumed = time.perf_counter()
+        for future in as_completed(pending):
+            i = pending[future]
+            self.kernels[i].result(ignore_errors=True)  # finalize: into the JIT's cache
+            self.waited_s += time.perf_counter() - resumed
+            yield self._done(i, self.kernels[i])
+            resumed = time.perf_counter()
+
+    def _done(self, i: int, kernel: Any) -> tuple[int, str | None]:
+        outcome = _outcome(kernel)
+        self.compiled += outcome in ("ok", "too_big")
+        return i, outcome
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def start_batch(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, Any],
+                kwargs: Mapping[str, Any], threads: int | None = None,
+                mode: str = "threads", min_configs: int = 2) -> Batch | None:
+    """Start compiling ``configs`` of ``tuner`` for this call's arguments (see ``precompile``);
+    None when skipped (no GPU, the interpreter, fewer than ``min_configs`` configs, a kernel
+    under another autotuner). A config with a ``pre_hook`` is compiled for the arguments its
+    hook sets (``_hooked``); one the binder rejects (or whose hook raises) is left to the
+    benchmark loop, which meets and reports the same failure."""
     if len(configs) < min_configs or not can_precompile() or not _compiles_directly(tuner):
         return None
     from triton import AsyncCompileMode
     from triton.runtime._async_compile import active_mode
 
+    start = time.perf_counter()
     args = list(named_args.values())  # Triton's nargs: every positional argument, in order
     meta = {k: v for k, v in kwargs.items() if k != "warmup"}
     kernels = []
-    with _executor(mode, compile_threads(len(configs), threads)) as pool:
-        async_mode = AsyncCompileMode(pool, ignore_errors=True)
-        try:
-            with async_mode:
-                try:
-                    for config in configs:
-                        try:
-                            # The launch the benchmark makes (tuner.fn may be a Heuristics
-                            # wrapper, which adds its values), with warmup=True: compile only.
-                            call = (args if config.pre_hook is None
-                                    else _hooked(named_args, meta, config))
-                            kernels.append(tuner.fn.run(*call, warmup=True,
-                                                        **{**meta, **config.all_kwargs()}))
-                        except Exception:  # e.g. a config the binder rejects: the benchmark
-                            kernels.append(None)  # meets and reports the same failure
-                finally:  # a forked batch starts once every compile is submitted
-                    getattr(pool, "start", lambda: None)()
-        finally:
-            # Triton leaves the mode active if finishing it raised (a post-compile hook, an
-            # interrupt); every later compile in this thread would then go to a closed pool.
-            if active_mode.get() is async_mode:
-                active_mode.set(None)
-    if outcomes is not None:
-        outcomes.extend(_outcome(k) for k in kernels)
-    return sum(_compiled(k) for k in kernels), len(configs)
+    pool = _executor(mode, compile_threads(len(configs), threads))
+    async_mode = AsyncCompileMode(pool, ignore_errors=True)
+    async_mode.__enter__()
+    try:
+        for config in configs:
+            try:
+                # The launch the benchmark makes (tuner.fn may be a Heuristics wrapper, which
+                # adds its values), with warmup=True: compile only.
+                call = args if config.pre_hook is None else _hooked(named_args, meta, config)
+                kernels.append(tuner.fn.run(*call, warmup=True,
+                                            **{**meta, **config.all_kwargs()}))
+            except Exception:
+                kernels.append(None)
+    finally:
+        getattr(pool, "start", lambda: None)()  # a forked batch starts once all are submitted
+        # Compiles the benchmark itself makes (a config not compiled here) run at once, and
+        # nothing later in this thread goes to this batch's pool.
+        if active_mode.get() is async_mode:
+            active_mode.set(None)
+    return Batch(kernels, pool, time.perf_counter() - start)
 
 
 def _executor(mode: str, workers: int) -> Any:
@@ -176,9 +231,3 @@ def _compiles_directly(tuner: Any) -> bool:
     return isinstance(fn, JITFunction)
 
 
-def _compiled(kernel: Any) -> bool:
-    if kernel is None:
-        return False
-    if hasattr(kernel, "future"):  # triton's FutureKernel: finalized on leaving the mode
-        return kernel.kernel is not None
-    return True  # already in the JIT's cache

@@ -33,8 +33,7 @@ rank 0 tunes, the other ranks take its choice (``tune.ranks``).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -243,9 +242,9 @@ class SafeAutotuner(Autotuner):
 
     def _try(self, pending: list[Any], args: tuple, kwargs: dict, *, ran: list[Any],
              failed: dict[str, str], guard: OutputGuard | None, first: bool) -> None:
-        """Benchmark ``pending`` (after a parallel precompile), in order."""
-        outcomes = self._precompile(pending, kwargs, first=first)
-        for config, outcome in zip(pending, outcomes):
+        """Benchmark ``pending``, each as soon as the parallel precompile has it (while the
+        others still compile: in completion order, which the choice does not depend on)."""
+        for config, outcome in self._compiled(pending, kwargs, first=first):
             text = config_text(config)
             if outcome in ("failed", "too_big"):
                 failed[text] = ("does not fit in shared memory" if outcome == "too_big"
@@ -296,27 +295,40 @@ class SafeAutotuner(Autotuner):
         finally:
             self.post_hook(full, exception=exception)
 
-    def _precompile(self, configs: list[Any], kwargs: dict, *, first: bool) -> list[Any]:
-        """Per config the precompile's outcome (None: not precompiled)."""
+    def _compiled(self, configs: list[Any], kwargs: dict, *, first: bool
+                  ) -> Iterator[tuple[Any, str | None]]:
+        """(config, the precompile's outcome, None: not precompiled) for every config, as
+        the parallel precompile finishes each (``tune.precompile.Batch``); in order when
+        nothing is precompiled. The decision records the compiles and the time this thread
+        waited for them (``precompile_ms``)."""
         from costtune.tune import precompile as module
 
         parsed = module.parse_precompile(self.precompile_threads)
-        if parsed is None:
-            return [None] * len(configs)
-        mode, threads = parsed
-        outcomes: list[Any] = []
-        start = time.perf_counter()
+        given: set[int] = set()
+        batch = None
         try:
-            counts = module.precompile(self, configs, named_args=self.nargs, kwargs=kwargs,
-                                       threads=threads, mode=mode, outcomes=outcomes,
-                                       min_configs=2 if first else 1)
+            if parsed is not None:
+                mode, threads = parsed
+                batch = module.start_batch(self, configs, named_args=self.nargs,
+                                           kwargs=kwargs, threads=threads, mode=mode,
+                                           min_configs=2 if first else 1)
+            if batch is not None:
+                with batch:
+                    for i, outcome in batch:
+                        given.add(i)
+                        yield configs[i], outcome
+        except GeneratorExit:
+            raise
         except Exception:  # precompiling only saves time: the benchmark compiles the rest
-            counts, outcomes = None, []
-        decision = self._decision()
-        if first and decision is not None:
-            decision.precompiled = counts
-            decision.precompile_ms = (time.perf_counter() - start) * 1e3
-        return outcomes if len(outcomes) == len(configs) else [None] * len(configs)
+            pass
+        finally:
+            decision = self._decision()
+            if batch is not None and first and decision is not None:
+                decision.precompiled = (batch.compiled, len(configs))
+                decision.precompile_ms = batch.waited_s * 1e3
+        for i, config in enumerate(configs):
+            if i not in given:
+                yield config, None
 
     def _report(self, kept: list[Any], failed: dict[str, str], wrong: dict[str, str],
                 good: list[Any]) -> None:

@@ -91,7 +91,8 @@ class Clock:
         start_batch = ForkCompiler.start
 
         def noted_start(pool: Any) -> None:
-            self.forks.append(pool)
+            if all(p is not pool for p in self.forks):  # shutdown starts it again: a no-op
+                self.forks.append(pool)
             start_batch(pool)
 
         ForkCompiler.start = noted_start
@@ -195,7 +196,8 @@ def run_one(case_name: str, shape: int, method: str, *, cpu: bool = False) -> di
         # Forked compiles: children started, jobs they compiled, jobs compiled here instead,
         # and each job's seconds in its child.
         "forked": [{"children": p.forked, "in_child": p.compiled_in_child,
-                    "here": p.ran_here, "child_s": p.child_seconds} for p in clock.forks],
+                    "here": p.ran_here, "child_s": p.child_seconds, "fork_s": p.fork_s}
+                   for p in clock.forks],
     }
 
 

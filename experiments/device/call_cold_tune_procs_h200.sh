@@ -6,8 +6,10 @@
 #       bash experiments/device/call_cold_tune_procs_h200.sh", carry=[".whl"], timeout_s=600)
 # STEP=1: the GPU precompile tests; GEMM 4096^3 by every method (exhaustive included); GEMM
 #         2048x11008x4096 and 512x8192x8192 at k=8 (processes vs threads) and the cache pair.
-# STEP=2: exhaustive on the other two GEMM shapes and k = 1, 4, 16 there.
-# STEP=3: the Inductor softmax and tutorial-06 attention, every k=8 method, exhaustive, cache.
+# STEP=2: (after the fork tree and compile/benchmark overlap) k=8 both ways again on all three
+#         GEMM shapes (--rerun: the report takes the latest), then exhaustive on the other two.
+# STEP=3: the Inductor softmax and tutorial-06 attention, k=8 both ways, exhaustive, the cache
+#         pairs (GEMM again too); then k = 1, 4, 16 on the GEMM shapes, as time allows.
 # Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
@@ -28,11 +30,14 @@ case "${STEP:-1}" in
       --methods "$K8,exhaustive,$REST"
     cold 170 60 --cases tutorial03_matmul --only-shapes 0,2 --methods "$K8" ;;
   2)
-    cold 520 50 --cases tutorial03_matmul --only-shapes 0,2 --no-cache-pair \
-      --methods "exhaustive,$REST" ;;
+    cold 150 0 --cases tutorial03_matmul --shapes 3 --no-cache-pair --rerun --methods "$K8"
+    cold 440 40 --cases tutorial03_matmul --only-shapes 0,2 --no-cache-pair \
+      --methods exhaustive ;;
   3)
-    cold 520 80 --cases inductor_softmax,tutorial06_attention --shapes 2 \
-      --methods "$K8,exhaustive" ;;
+    cold 260 0 --cases inductor_softmax,tutorial06_attention --shapes 2 \
+      --methods "$K8,exhaustive"
+    cold 30 0 --cases tutorial03_matmul --only-shapes 0 --rerun --methods ""
+    cold 230 80 --cases tutorial03_matmul --shapes 3 --no-cache-pair --methods "$REST" ;;
 esac
 date -u >>"$LOG"
 tail -45 "$LOG"
