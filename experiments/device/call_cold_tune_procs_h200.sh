@@ -6,10 +6,11 @@
 #       bash experiments/device/call_cold_tune_procs_h200.sh", carry=[".whl"], timeout_s=600)
 # STEP=1: the GPU precompile tests; GEMM 4096^3 by every method (exhaustive included); GEMM
 #         2048x11008x4096 and 512x8192x8192 at k=8 (processes vs threads) and the cache pair.
-# STEP=2: (after the fork tree and compile/benchmark overlap) k=8 both ways again on all three
-#         GEMM shapes (--rerun: the report takes the latest), then exhaustive on the other two.
-# STEP=3: the Inductor softmax and tutorial-06 attention, k=8 both ways, exhaustive, the cache
-#         pairs (GEMM again too); then k = 1, 4, 16 on the GEMM shapes, as time allows.
+# STEP=2: (after the fork tree and compile/benchmark overlap) the GPU precompile tests, k=8
+#         both ways again on all three GEMM shapes (--rerun: the report takes the latest),
+#         exhaustive on 2048x11008x4096.
+# STEP=3: exhaustive on 512x8192x8192; the Inductor softmax and tutorial-06 attention, k=8
+#         both ways, exhaustive, the softmax cache pair.
 # Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
@@ -30,14 +31,15 @@ case "${STEP:-1}" in
       --methods "$K8,exhaustive,$REST"
     cold 170 60 --cases tutorial03_matmul --only-shapes 0,2 --methods "$K8" ;;
   2)
-    cold 150 0 --cases tutorial03_matmul --shapes 3 --no-cache-pair --rerun --methods "$K8"
-    cold 440 40 --cases tutorial03_matmul --only-shapes 0,2 --no-cache-pair \
+    timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_hook.py \
+      -k "precompile" >>"$LOG" 2>&1
+    cold 140 0 --cases tutorial03_matmul --shapes 3 --no-cache-pair --rerun --methods "$K8"
+    cold 300 45 --cases tutorial03_matmul --only-shapes 0 --no-cache-pair \
       --methods exhaustive ;;
   3)
-    cold 260 0 --cases inductor_softmax,tutorial06_attention --shapes 2 \
-      --methods "$K8,exhaustive"
-    cold 30 0 --cases tutorial03_matmul --only-shapes 0 --rerun --methods ""
-    cold 230 80 --cases tutorial03_matmul --shapes 3 --no-cache-pair --methods "$REST" ;;
+    cold 250 0 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --methods exhaustive
+    cold 290 70 --cases inductor_softmax,tutorial06_attention --shapes 2 \
+      --methods "$K8,exhaustive" ;;
 esac
 date -u >>"$LOG"
 tail -45 "$LOG"
