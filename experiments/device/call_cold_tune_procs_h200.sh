@@ -9,8 +9,8 @@
 # STEP=2: (after the fork tree and compile/benchmark overlap) the GPU precompile tests, k=8
 #         both ways again on all three GEMM shapes (--rerun: the report takes the latest),
 #         exhaustive on 2048x11008x4096.
-# STEP=3: exhaustive on 512x8192x8192; the Inductor softmax and tutorial-06 attention, k=8
-#         both ways, exhaustive, the softmax cache pair.
+# STEP=3: the softmax cache pair; then for 4096^3 and 512x8192x8192 exhaustive again beside
+#         costtune.autotune:8 and hook:8 (--rerun), so every k=8 ratio is of one call.
 # Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
@@ -37,9 +37,11 @@ case "${STEP:-1}" in
     cold 300 45 --cases tutorial03_matmul --only-shapes 0 --no-cache-pair \
       --methods exhaustive ;;
   3)
-    cold 250 0 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --methods exhaustive
-    cold 290 70 --cases inductor_softmax,tutorial06_attention --shapes 2 \
-      --methods "$K8,exhaustive" ;;
+    cold 40 0 --cases inductor_softmax --only-shapes 0 --methods ""
+    cold 260 0 --cases tutorial03_matmul --only-shapes 1 --no-cache-pair --rerun \
+      --methods "exhaustive,costtune.autotune:8,hook:8"
+    cold 265 35 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
+      --methods "exhaustive,costtune.autotune:8,hook:8" ;;
 esac
 date -u >>"$LOG"
 tail -45 "$LOG"
