@@ -53,6 +53,9 @@ def table(raw: Path) -> pd.DataFrame:
             "shape": shape_text(CASES[case].shapes[i]), "method": method,
             "first_call_s": r["first_call_s"],
             "speedup_vs_exhaustive": ex["first_call_s"] / r["first_call_s"] if ex else math.nan,
+            # Device calls are told apart by their commit (one call per commit): first-call
+            # times drift 10-20% between calls, so only same-call ratios count for goals.
+            "same_call": bool(ex) and ex["env"]["commit"] == r["env"]["commit"],
             "quality_vs_exhaustive": ex_pick / pick if pick and ex_pick else math.nan,
             **_phases(r),
             "n_configs": r["n_configs"], "kept": r["kept"], "n_benchmarked": r["n_benchmarked"],
@@ -85,6 +88,8 @@ def _phases(r: dict[str, Any]) -> dict[str, float]:
 
 
 def goal_lines(df: pd.DataFrame) -> list[str]:
+    """The issue's goals on the GEMM shapes, from runs timed in the same device call as the
+    shape's exhaustive reference (a ratio across calls is shown but does not count)."""
     gemm = df[df["family"] == "gemm"]
     out = []
     for method, need in GOALS.items():
@@ -93,17 +98,25 @@ def goal_lines(df: pd.DataFrame) -> list[str]:
             out.append(f"- `{method}`: not measured")
             continue
         each = [f"{r.shape}: {r.speedup_vs_exhaustive:.1f}x at {r.quality_vs_exhaustive:.3f}"
+                + ("" if r.same_call else " (exhaustive of another call)")
                 for r in sub.itertuples()]
-        met = bool(((sub["speedup_vs_exhaustive"] >= need)
-                    & (sub["quality_vs_exhaustive"] >= 0.99)).all())
-        out.append(f"- `{method}` (goal >= {need:.0f}x at >= 0.99 on every GEMM shape): "
-                   f"{'**met**' if met else '**NOT met**'} ({'; '.join(each)})")
+        fast = sub["speedup_vs_exhaustive"] >= need
+        good = sub["quality_vs_exhaustive"] >= 0.99
+        same = sub["same_call"].astype(bool)
+        out.append(f"- `{method}`: >= {need:.0f}x {_verdict(fast & same)}, and at >= 0.99 of "
+                   f"exhaustive's kernel speed {_verdict(fast & good & same)}, on every GEMM "
+                   "shape "
+                   f"({'; '.join(each)})")
     hits = df[df["method"] == CACHED]
     for r in hits.itertuples():
         out.append(f"- cache hit ({CACHED}, {r.case} {r.shape}): second process's first call "
                    f"{r.first_call_s:.3f} s, {r.n_benchmarked} benchmarked (goal < 0.5 s: "
                    f"{'met' if r.first_call_s < 0.5 else 'NOT met'})")
     return out
+
+
+def _verdict(ok: pd.Series) -> str:
+    return "**met**" if bool(ok.all()) else "**NOT met**"
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -126,8 +139,8 @@ def write(df: pd.DataFrame, raw: Path, out: Path) -> Path:
     env = next((r["env"] for r in _load(raw / "runs.jsonl") if r.get("env")), {})
     lines = ["# Cold tuning: costtune vs exhaustive triton.autotune, kernels never trained on",
              "", "- Command: `PYTHONPATH=. python3 -m experiments.cold_tune.run` on the device "
-             "(`experiments/device/call_cold_tune_h200.sh`), then "
-             "`python3 -m experiments.cold_tune.report`",
+             "(`experiments/device/call_cold_tune_procs_h200.sh`, STEP=1-3; one device call "
+             "per commit below), then `python3 -m experiments.cold_tune.report`",
              f"- GPU {env.get('gpu')}; torch {env.get('torch')}, triton {env.get('triton')}, "
              f"{env.get('cpus')} CPUs; runs at " + ", ".join(f"{c} ({d})" for c, d in envs),
              "- Every run in a fresh process with a fresh Triton cache, feature cache and "
@@ -135,8 +148,15 @@ def write(df: pd.DataFrame, raw: Path, out: Path) -> Path:
              "model), inputs built, then the first call timed. `exhaustive`: plain "
              "`triton.autotune` over the whole list with Triton's do_bench; `hook:k`: the "
              "same with `prune_configs_by=costtune.prune_configs_by(top_k=k)`; "
-             "`costtune.autotune:k`: costtune's tuner (graph-replay timing). No `family=` or "
-             "other mapping given: costtune reads the kernels as they are.",
+             "`costtune.autotune:k`: costtune's tuner (graph-replay timing; from 60ce563 on, "
+             "each kept config is benchmarked as soon as its compile lands). The kept "
+             "configs compile in forked processes (costtune's default on Linux), `@threads` "
+             "in threads. No `family=` or other mapping given: costtune reads the kernels "
+             "as they are.",
+             "- `speedup_vs_exhaustive`: the shape's latest exhaustive first call / this one; "
+             "`same_call`: both timed in one device call (first calls drift 10-20% between "
+             "calls: exhaustive 4096^3 read 224.3 s in one call and 188.3 s in another). "
+             "Only same-call ratios count toward the goals.",
              "- `quality_vs_exhaustive`: exhaustive's pick / this pick, every pick of a shape "
              "re-timed side by side in one process (CUDA-graph replay, L2 flushed, 5 "
              "interleaved passes of 20 replays, median).",
@@ -148,7 +168,10 @@ def write(df: pd.DataFrame, raw: Path, out: Path) -> Path:
              summary(df).to_markdown(index=False, floatfmt=".3g"), "", "## Every run", "",
              df.drop(columns=["commit", "date", "chosen"]).to_markdown(index=False,
                                                                       floatfmt=".3g"), "",
-             "Chosen configs: see cold_tune.csv; raw records: results/raw/cold_tune/."]
+             "Chosen configs: see cold_tune.csv; raw records: results/raw/cold_tune/. "
+             "Runs at an earlier commit (6fc6866: threads, no overlap; every k on every GEMM "
+             "shape, the Inductor softmax and tutorial-06 attention): "
+             "results/raw/cold_tune_6fc6866/report.md."]
     path = out / "cold_tune.md"
     path.write_text("\n".join(lines) + "\n")
     return path
