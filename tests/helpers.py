@@ -1,5 +1,6 @@
-"""What the CPU tests share: a host-timed do_bench and a small Triton tile matmul (run under
-TRITON_INTERPRET=1)."""
+"""What the tests share: a host-timed do_bench, a small Triton tile matmul (run under
+TRITON_INTERPRET=1), a stand-in sm_90 driver for JIT processes without a GPU, and the suite
+GEMM's checked launch on the GPU."""
 
 from __future__ import annotations
 
@@ -60,3 +61,39 @@ def ours(caught) -> list[str]:
     from costtune.types import CosttuneWarning
 
     return [str(w.message) for w in caught if issubclass(w.category, CosttuneWarning)]
+
+
+class StandInDriver:
+    """Triton's active driver for a JIT (not interpreter) process without a GPU: device 0,
+    stream 0, an sm_90 target, so warmups bind, specialize and compile as on the H200."""
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+
+def use_stand_in_driver() -> None:
+    from triton.runtime.driver import driver
+
+    driver.set_active(StandInDriver())
+
+
+def launch_suite_gemm(tuner, m: int, n: int, k: int) -> None:
+    """One launch of a tuner over the suite GEMM kernel on the GPU, checked against torch."""
+    from costtune.kernels import gemm
+
+    x = gemm.make_inputs({"M": m, "N": n, "K": k}, "float16", device="cuda")
+    a, b = x["a"], x["b"]
+    c = torch.zeros(m, n, dtype=torch.float32, device="cuda")
+    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),  # noqa: E731
+                         meta["SPLIT_K"])
+    tuner[grid](a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), GROUP_M=8,
+                UPCAST_DOT=False)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)

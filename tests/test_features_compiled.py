@@ -105,24 +105,13 @@ def _jit_and_aot_specs(cases: list) -> list[tuple[str, str]]:
     """In a JIT (not interpreter) process: the JIT's own specialization for each case, read
     from ``jit_cache_hook`` on a real-tensor warmup with a stand-in sm_90 driver, beside
     ``launch_jobs`` on meta tensors."""
+    from helpers import use_stand_in_driver
     from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
 
     from costtune.features import launch_jobs, parse_config_key, spec_text
     from costtune.kernels import get_family
 
-    class StandInDriver:
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, device=None):
-            return 0
-
-        def get_current_target(self):
-            return GPUTarget("cuda", 90, 32)
-
-    driver.set_active(StandInDriver())
+    use_stand_in_driver()
     seen: list[str] = []
 
     def hook(*, compile, **_):

@@ -71,6 +71,17 @@ def test_sixteen_children_fork_each_other_and_leave_none_behind(tmp_path):
             f"/proc/{pid}/stat").read().split()[2]
 
 
+def test_forking_is_for_small_processes_with_triton_cache_on(monkeypatch):
+    """Threads instead when Triton recompiles every time (the child's work would be done
+    again here) or when this process holds more than the resident-memory bound."""
+    from triton import knobs
+
+    assert can_fork_compile()
+    assert not can_fork_compile(max_resident=1)
+    monkeypatch.setattr(knobs.compilation, "always_compile", True)
+    assert not can_fork_compile()
+
+
 def test_a_failing_job_fails_here_with_its_own_error():
     def bad():
         raise ValueError("no such config")
@@ -130,24 +141,13 @@ def _precompile_for_sm90(mode: str, cache_dir: str) -> list[tuple[str, bool]]:
     from types import SimpleNamespace
 
     import torch
+    from helpers import use_stand_in_driver
     from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
     from triton.runtime.jit import JITFunction
 
     import costtune.tune.precompile as module
 
-    class StandInDriver:
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, device=None):
-            return 0
-
-        def get_current_target(self):
-            return GPUTarget("cuda", 90, 32)
-
-    driver.set_active(StandInDriver())
+    use_stand_in_driver()
     knobs.cache.dir = cache_dir
     hits: list[bool] = []
     knobs.compilation.listener = lambda **kw: hits.append(kw["cache_hit"])

@@ -7,10 +7,16 @@ launch will, and hands the compile to an executor. On leaving, every compiled ke
 JIT's in-memory cache, so the benchmark loop launches them at once. Two executors:
 
 - ``"processes"``: forked children compile, this process loads from Triton's disk cache
-  (``build.forked``; Linux). Truly parallel, and a fork starts in milliseconds, where a
-  spawned pool cost ~6 s on the H200 host before its first compile (imports);
-- ``"threads"``: Triton's frontend holds the GIL, so threads overlap only the native passes
-  and ptxas (~2x over one by one for 13 GEMM configs on the H200 host).
+  (``build.forked``; Linux, a process under 6 GB resident). Truly parallel, and a fork
+  starts in milliseconds, where a spawned pool cost ~6 s on the H200 host before its first
+  compile (imports);
+- ``"threads"``: Triton's frontend holds the GIL, so threads overlap only part of each
+  compile (13-16 GEMM configs on the H200 host: 11.5-25 s of compile in 2.2-4.7 s).
+
+Measured there (experiments/results/cold_tune.md): with ``costtune.autotune`` benchmarking
+each config as it lands, both executors gave the same first call (2.03 vs 2.26 s, 4.45 vs
+4.49 s); under plain ``triton.autotune`` (all compiles before Triton benchmarks) processes
+saved 0-0.6 s of 3-7 s.
 
 GPU only: the interpreter compiles nothing.
 
