@@ -184,3 +184,117 @@ def test_precompile_in_processes_loads_what_children_compiled(tmp_path):
     assert len({h for h, _ in forked}) == 4
     assert all(hit for _, hit in forked)  # compiled by the children
     assert not any(hit for _, hit in threads)
+
+
+def _nfds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_refused_fork_inside_the_tree_compiles_that_subtree_here(monkeypatch):
+    """Child 1 cannot fork children 3 and 5 (no memory, no pids): their jobs, and those of
+    child 7 (3's to fork), run here, the rest in children, and no pipe is left open."""
+    import costtune.build.forked as forked
+
+    real = forked._fork
+
+    def refusing(child):
+        target = (child.__defaults__ or (None,))[0]
+        if in_child() and target in (3, 5):
+            return None
+        return real(child)
+
+    monkeypatch.setattr(forked, "_fork", refusing)
+    before = _nfds()
+    with ForkCompiler(workers=8, stall_s=10) as pool:
+        futures = [pool.submit(lambda i=i: i) for i in range(8)]
+        pool.start()
+    assert [f.result() for f in futures] == list(range(8))
+    assert pool.forked == 5 and pool.compiled_in_child == 5 and pool.ran_here == 3
+    assert _nfds() <= before  # (earlier tests may close theirs meanwhile)
+
+
+def test_more_than_1024_open_files_and_a_failing_start(monkeypatch, tmp_path):
+    """poll, not select: watchers work past file descriptor 1024. A start that cannot even
+    make its pipes compiles everything here and leaves no pipe open."""
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with ForkCompiler(workers=2, stall_s=10) as pool:
+            futures = [pool.submit(lambda i=i: i) for i in range(4)]
+            pool.start()
+        assert [f.result(timeout=30) for f in futures] == [0, 1, 2, 3]
+        assert pool.compiled_in_child == 4
+    finally:
+        for fd in held:
+            os.close(fd)
+    import costtune.build.forked as forked
+
+    def no_pipes():
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(forked.os, "pipe", no_pipes)
+    before = _nfds()
+    with ForkCompiler(workers=4) as pool:
+        futures = [pool.submit(lambda i=i: i) for i in range(4)]
+        pool.start()
+    assert [f.result(timeout=30) for f in futures] == [0, 1, 2, 3] and pool.ran_here == 4
+    assert _nfds() <= before  # (earlier tests may close theirs meanwhile)
+
+
+def test_start_batch_resets_async_mode_when_start_fails(monkeypatch):
+    """If the forked batch cannot start, the AsyncCompileMode does not stay on in this thread
+    (every later compile would go to it); configs compiling to one kernel all come back."""
+    from triton.runtime._async_compile import active_mode
+
+    import costtune.build.forked as forked
+    import costtune.tune.precompile as module
+
+    class Config:
+        pre_hook = None
+
+        def __init__(self, i):
+            self.i = i
+
+        def all_kwargs(self):
+            return {"i": self.i}
+
+    class Fn:
+        def run(self, *args, warmup, i, **kw):
+            return active_mode.get().submit(("kernel", i), lambda: i, lambda kernel: None)
+
+    class Tuner:
+        fn = Fn()
+
+    monkeypatch.setattr(module, "can_precompile", lambda: True)
+    monkeypatch.setattr(module, "_compiles_directly", lambda tuner: True)
+    configs = [Config(0), Config(1), Config(1), Config(2)]  # 1 and 2: one compile key
+    with module.start_batch(Tuner(), configs, named_args={}, kwargs={}, mode="threads") as b:
+        assert sorted(i for i, _ in b) == [0, 1, 2, 3] and b.compiled == 4
+
+    def broken_start(self):
+        raise RuntimeError("cannot start")
+
+    monkeypatch.setattr(forked.ForkCompiler, "start", broken_start)
+    with pytest.raises(RuntimeError, match="cannot start"):
+        module.start_batch(Tuner(), configs, named_args={}, kwargs={}, mode="processes")
+    assert active_mode.get() is None
+
+
+def test_a_child_silent_from_the_start_is_killed_after_stall_s(monkeypatch):
+    """A child that never reports (stuck before its first word) is killed after stall_s and
+    its jobs compiled here: nothing waits longer."""
+    import costtune.build.forked as forked
+
+    real = forked._child
+
+    def mute(j, shares, pipes):
+        if j == 0:
+            time.sleep(60)
+        real(j, shares, pipes)
+
+    monkeypatch.setattr(forked, "_child", mute)
+    start = time.perf_counter()
+    with ForkCompiler(workers=2, stall_s=1.0) as pool:
+        futures = [pool.submit(lambda i=i: i) for i in range(2)]
+        pool.start()
+    assert [f.result() for f in futures] == [0, 1]
+    assert time.perf_counter() - start < 15 and pool.ran_here == 2

@@ -12,12 +12,15 @@ cache key.
 A fork copies the page tables of a process holding torch and a CUDA context: ~60 ms each on
 the H200 host, so 16 forks one after another would start the last child a second late. The
 children fork each other instead (child ``j`` forks ``j + 2**m`` for every ``2**m > j``): 16
-children are up after five fork times. Every process waits for the children it forked before
-it exits, so none is left unreaped.
+children are up after five fork times. Every process reaps the children it forked before it
+exits, and child 0 is the tree's subreaper, so a killed child's children are reaped too. (If
+child 0 itself is killed, its children go to init - or, where this process is PID 1 of a
+container, to this process, which does not reap them.)
 
 Nothing depends on the children: a closure whose child failed, died or stalled is run here (a
-real compile, so a real failure raises here as it would have), and a child that reports
-nothing for ``stall_s`` seconds is killed. Linux only; not when Triton recompiles every time
+real compile, so a real failure raises here as it would have), a child that reports nothing
+for ``stall_s`` seconds is killed, and a batch that cannot fork, make its pipes or start its
+threads compiles here. Children reset the parent's signal handlers. Linux only; not when Triton recompiles every time
 (``TRITON_ALWAYS_COMPILE``), where the second run would compile again.
 
 >>> with ForkCompiler(workers=4) as pool:  # doctest: +SKIP
@@ -103,7 +106,8 @@ class ForkCompiler(Executor):
         return future
 
     def start(self) -> None:
-        """Fork the children (at most one per job) and the threads that wait for them."""
+        """Fork the children (at most one per job) and the threads that wait for them. Never
+        raises: what cannot be forked or watched is compiled here."""
         if self._started:
             return
         self._started = True
@@ -113,20 +117,32 @@ class ForkCompiler(Executor):
             return
         shares = [jobs[i::n] for i in range(n)]
         start = time.perf_counter()
-        pipes = [os.pipe() for _ in range(n)]
-        pid = _fork()
-        if pid == 0:  # child 0: forks the others, in turn with them; never returns
-            _child(0, shares, pipes)
-        for _, write_fd in pipes:
-            os.close(write_fd)  # the children hold them: end of file once child j is gone
-        self.fork_s = time.perf_counter() - start
-        if pid is None:  # fork refused (no memory, no pids): compile here
-            for read_fd, _ in pipes:
-                os.close(read_fd)
-            self._spawn_thread(self._run_here, jobs)
-            return
-        for j, (read_fd, _) in enumerate(pipes):
-            self._spawn_thread(self._collect, read_fd, shares[j], pid if j == 0 else None)
+        pipes: list[tuple[int, int]] = []
+        watched = 0
+        try:
+            for _ in range(n):
+                pipes.append(os.pipe())
+            pid = _fork(lambda: _child(0, shares, pipes))  # child 0 forks the others
+            for _, write_fd in pipes:
+                os.close(write_fd)  # the children hold them: end of file once child j is gone
+            self.fork_s = time.perf_counter() - start
+            if pid is None:  # fork refused (no memory, no pids)
+                raise OSError("fork refused")
+            for j, (read_fd, _) in enumerate(pipes):
+                self._spawn_thread(self._collect, read_fd, shares[j], pid if j == 0 else None)
+                watched += 1
+        except Exception:
+            for j, (read_fd, write_fd) in enumerate(pipes):
+                if j >= watched:
+                    with contextlib.suppress(OSError):
+                        os.close(read_fd)
+                with contextlib.suppress(OSError):
+                    os.close(write_fd)
+            for share in shares[watched:]:
+                try:
+                    self._spawn_thread(self._run_here, share)
+                except Exception:  # no thread either: compile here, now
+                    self._run_here(share)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self.start()  # jobs submitted but never started still resolve
@@ -143,17 +159,20 @@ class ForkCompiler(Executor):
     def _collect(self, fd: int, share: list[Job], direct: int | None) -> None:
         """Read child's pid, then its verdict on each of its jobs, in order; load what it
         compiled, compile here what it did not. ``direct``: the pid of this process's own
-        child (reaped here; the others are reaped by the child that forked them)."""
-        done, pid = 0, None
+        child (reaped here; the others are reaped by the child that forked them, or by child
+        0, the subreaper of the tree)."""
+        done, pid, stalled = 0, None, False
         try:
             raw = _read(fd, _PID.size, self.stall_s)
-            if raw is not None:
+            stalled = raw is _STALLED
+            if isinstance(raw, bytes):
                 (pid,) = _PID.unpack(raw)
                 with self._count:
                     self.forked += 1
                 while done < len(share):
                     raw = _read(fd, _REPORT.size, self.stall_s)
-                    if raw is None:  # the child died or stalled
+                    if not isinstance(raw, bytes):  # the child died or stalled
+                        stalled = raw is _STALLED
                         break
                     verdict, seconds = _REPORT.unpack(raw)
                     with self._count:
@@ -161,16 +180,20 @@ class ForkCompiler(Executor):
                         self.compiled_in_child += verdict == _OK
                     self._resolve(*share[done], in_child=verdict == _OK)
                     done += 1
+        except Exception:  # whatever went wrong here, the jobs left are compiled here
+            stalled = True
         finally:
-            os.close(fd)
-            if done < len(share) and pid is not None:  # stalled: stop it
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            target = pid if pid is not None else direct
+            if stalled and target is not None:  # alive but silent: stop it (a dead one's
+                with contextlib.suppress(OSError):  # pid may be someone else's by now)
+                    os.kill(target, signal.SIGKILL)
+            for job in share[done:]:
+                self._resolve(*job, in_child=False)
             if direct is not None:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(direct, 0)
-        for job in share[done:]:
-            self._resolve(*job, in_child=False)
 
     def _run_here(self, jobs: list[Job]) -> None:
         for job in jobs:
@@ -188,34 +211,42 @@ class ForkCompiler(Executor):
             future.set_exception(exc)
 
 
-def _fork() -> int | None:
+def _fork(child: Callable[[], None]) -> int | None:
+    """Fork; the child runs ``child`` and exits (never returning into the caller's code, even
+    on an exception or a signal); None when the fork is refused."""
     try:
         with warnings.catch_warnings():
             # Python 3.12 warns on fork in a threaded process: the child runs only compiles
             # (no CUDA, no lock of the parent's threads), and a child that stalls anyway is
             # killed and its jobs compiled here.
             warnings.simplefilter("ignore", DeprecationWarning)
-            return os.fork()
-    except OSError:
+            pid = os.fork()
+    except (OSError, RuntimeError):
         return None
+    if pid == 0:
+        try:
+            child()
+        finally:
+            os._exit(1)
+    return pid
 
 
 def _child(j: int, shares: list[list[Job]], pipes: list[tuple[int, int]]) -> None:
-    """Child ``j``: fork children ``j + 2**m`` (each ``2**m > j``), run share ``j``, report
-    to pipe ``j`` (pid first, then one verdict per job), wait for the children it forked,
-    exit without running the parent's exit hooks (or flushing its output a second time)."""
+    """Child ``j``: report its pid, fork children ``j + 2**m`` (each ``2**m > j``), run share
+    ``j``, report one verdict per job to pipe ``j``, reap the children it forked (child 0,
+    the tree's subreaper, also any orphaned below it), exit without the parent's exit hooks
+    (or flushing its output a second time)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        with contextlib.suppress(OSError, ValueError):  # the parent's handlers are not ours
+            signal.signal(sig, signal.SIG_DFL)
+    if j == 0:
+        _become_subreaper()
     code = 0
     try:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        forked = []
+        os.write(pipes[j][1], _PID.pack(os.getpid()))
         m = j.bit_length()
-        while j + (1 << m) < len(shares):
-            pid = _fork()
-            if pid == 0:
-                j, forked, m = j + (1 << m), [], (j + (1 << m)).bit_length()
-                continue
-            if pid is not None:
-                forked.append(pid)
+        while j + (1 << m) < len(shares):  # a refused fork: that subtree compiles there
+            _fork(lambda k=j + (1 << m): _child(k, shares, pipes))
             m += 1
         for i, (read_fd, write_fd) in enumerate(pipes):
             os.close(read_fd)
@@ -225,7 +256,6 @@ def _child(j: int, shares: list[list[Job]], pipes: list[tuple[int, int]]) -> Non
         devnull = os.open(os.devnull, os.O_WRONLY)  # Triton prints whole PTX on a failure
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
-        os.write(out, _PID.pack(os.getpid()))
         for call, _ in shares[j]:
             start = time.perf_counter()
             try:
@@ -235,31 +265,54 @@ def _child(j: int, shares: list[list[Job]], pipes: list[tuple[int, int]]) -> Non
                 verdict = _FAILED
             os.write(out, _REPORT.pack(verdict, time.perf_counter() - start))
         os.close(out)
-        for pid in forked:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
     except BaseException:
         code = 1
     finally:
+        _reap_children()
         os._exit(code)
 
 
-def _read(fd: int, size: int, timeout_s: float) -> bytes | None:
-    """``size`` bytes from ``fd``; None at end of file, or when ``timeout_s`` passes without
-    them all."""
+def _become_subreaper() -> None:
+    """Orphans below child 0 (a killed child's children) become its children, so it reaps
+    them (Linux ``PR_SET_CHILD_SUBREAPER``; without it they go to init)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def _reap_children() -> None:
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+_STALLED, _ENDED = object(), object()
+
+
+def _read(fd: int, size: int, timeout_s: float) -> bytes | object:
+    """``size`` bytes from ``fd``; ``_ENDED`` at end of file (the writer is gone),
+    ``_STALLED`` when ``timeout_s`` passes without them all. ``poll``, not ``select``: a
+    process may hold file descriptors past 1024."""
     deadline = time.monotonic() + timeout_s
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     data = b""
     while len(data) < size:
         left = deadline - time.monotonic()
         if left <= 0:
-            return None
+            return _STALLED
         try:
-            ready, _, _ = select.select([fd], [], [], left)
+            ready = poller.poll(left * 1e3)
         except InterruptedError:
             continue
         if ready:
             chunk = os.read(fd, size - len(data))
             if not chunk:
-                return None
+                return _ENDED
             data += chunk
     return data

@@ -100,18 +100,19 @@ class Batch:
     def __iter__(self) -> Iterator[tuple[int, str | None]]:
         from concurrent.futures import as_completed
 
-        pending = {}
+        pending: dict[Any, list[int]] = {}  # configs compiling to one kernel share a future
         for i, kernel in enumerate(self.kernels):
             if hasattr(kernel, "future"):
-                pending[kernel.future] = i
+                pending.setdefault(kernel.future, []).append(i)
             else:
                 yield self._done(i, kernel)
         resumed = time.perf_counter()
         for future in as_completed(pending):
-            i = pending[future]
-            self.kernels[i].result(ignore_errors=True)  # finalize: into the JIT's cache
+            first = pending[future][0]
+            self.kernels[first].result(ignore_errors=True)  # finalize: into the JIT's cache
             self.waited_s += time.perf_counter() - resumed
-            yield self._done(i, self.kernels[i])
+            for i in pending[future]:
+                yield self._done(i, self.kernels[i])
             resumed = time.perf_counter()
 
     def _done(self, i: int, kernel: Any) -> tuple[int, str | None]:
@@ -160,11 +161,13 @@ def start_batch(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, 
             except Exception:
                 kernels.append(None)
     finally:
-        getattr(pool, "start", lambda: None)()  # a forked batch starts once all are submitted
-        # Compiles the benchmark itself makes (a config not compiled here) run at once, and
-        # nothing later in this thread goes to this batch's pool.
-        if active_mode.get() is async_mode:
-            active_mode.set(None)
+        try:
+            getattr(pool, "start", lambda: None)()  # a forked batch starts once all are in
+        finally:
+            # Compiles the benchmark itself makes (a config not compiled here) run at once,
+            # and nothing later in this thread goes to this batch's pool.
+            if active_mode.get() is async_mode:
+                active_mode.set(None)
     return Batch(kernels, pool, time.perf_counter() - start)
 
 
