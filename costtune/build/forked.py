@@ -20,8 +20,9 @@ container, to this process, which does not reap them.)
 Nothing depends on the children: a closure whose child failed, died or stalled is run here (a
 real compile, so a real failure raises here as it would have), a child that reports nothing
 for ``stall_s`` seconds is killed, and a batch that cannot fork, make its pipes or start its
-threads compiles here. Children reset the parent's signal handlers. Linux only; not when Triton recompiles every time
-(``TRITON_ALWAYS_COMPILE``), where the second run would compile again.
+threads compiles here. Children reset the parent's signal handlers. Linux only; not when
+Triton recompiles every time (``TRITON_ALWAYS_COMPILE``), where the second run would compile
+again, nor in a process over 6 GB resident (``can_fork_compile``).
 
 >>> with ForkCompiler(workers=4) as pool:  # doctest: +SKIP
 ...     futures = [pool.submit(compile_fn) for compile_fn in closures]
