@@ -82,6 +82,26 @@ def test_forking_is_for_small_processes_with_triton_cache_on(monkeypatch):
     assert not can_fork_compile()
 
 
+def test_no_forking_under_torch_distributed_or_mpi(monkeypatch, tmp_path):
+    """A process in a torch.distributed group (NCCL over RDMA in real jobs) or with MPI
+    loaded compiles in threads."""
+    import types
+
+    import torch.distributed as dist
+
+    assert can_fork_compile()
+    monkeypatch.setitem(sys.modules, "mpi4py", types.ModuleType("mpi4py"))
+    assert not can_fork_compile()
+    monkeypatch.delitem(sys.modules, "mpi4py")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0,
+                            world_size=1)
+    try:
+        assert not can_fork_compile()
+    finally:
+        dist.destroy_process_group()
+    assert can_fork_compile()
+
+
 def test_a_failing_job_fails_here_with_its_own_error():
     def bad():
         raise ValueError("no such config")

@@ -59,11 +59,14 @@ MAX_RESIDENT_BYTES = 6 * 2**30
 
 
 def can_fork_compile(*, max_resident: int = MAX_RESIDENT_BYTES) -> bool:
-    """True where forked children can fill Triton's disk cache for this process, and cheaply:
-    Linux (``os.fork``), Triton's cache on (not ``TRITON_ALWAYS_COMPILE``), at most
+    """True where forked children can fill Triton's disk cache for this process, safely and
+    cheaply: Linux (``os.fork``), Triton's cache on (not ``TRITON_ALWAYS_COMPILE``), at most
     ``max_resident`` bytes resident (a large process - a training job holding tens of GB -
-    compiles in threads instead)."""
+    compiles in threads instead), and no ``torch.distributed`` process group or MPI in the
+    process (fork is unsafe with some RDMA transports, and the gain is small: threads)."""
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return False
+    if "mpi4py" in sys.modules or _distributed():
         return False
     try:
         from triton import knobs
@@ -75,6 +78,14 @@ def can_fork_compile(*, max_resident: int = MAX_RESIDENT_BYTES) -> bool:
         return resident <= max_resident
     except Exception:
         return False
+
+
+def _distributed() -> bool:
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except Exception:
+        return True  # cannot tell: do not fork
 
 
 class ForkCompiler(Executor):

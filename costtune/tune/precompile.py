@@ -7,7 +7,8 @@ launch will, and hands the compile to an executor. On leaving, every compiled ke
 JIT's in-memory cache, so the benchmark loop launches them at once. Two executors:
 
 - ``"processes"``: forked children compile, this process loads from Triton's disk cache
-  (``build.forked``; Linux, a process under 6 GB resident). Truly parallel, and a fork
+  (``build.forked``; Linux, a process under 6 GB resident, no torch.distributed group or
+  MPI). Truly parallel, and a fork
   starts in milliseconds, where a spawned pool cost ~6 s on the H200 host before its first
   compile (imports);
 - ``"threads"``: Triton's frontend holds the GIL, so threads overlap only part of each
