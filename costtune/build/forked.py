@@ -130,11 +130,12 @@ class ForkCompiler(Executor):
         shares = [jobs[i::n] for i in range(n)]
         start = time.perf_counter()
         pipes: list[tuple[int, int]] = []
-        watched = 0
+        watched, writes_open = 0, True
         try:
             for _ in range(n):
                 pipes.append(os.pipe())
             pid = _fork(lambda: _child(0, shares, pipes))  # child 0 forks the others
+            writes_open = False
             for _, write_fd in pipes:
                 os.close(write_fd)  # the children hold them: end of file once child j is gone
             self.fork_s = time.perf_counter() - start
@@ -145,11 +146,13 @@ class ForkCompiler(Executor):
                 watched += 1
         except Exception:
             for j, (read_fd, write_fd) in enumerate(pipes):
+                # each end closed once: a number closed twice may be another file's by then
+                ends = [write_fd] if writes_open else []
                 if j >= watched:
+                    ends.append(read_fd)
+                for fd in ends:
                     with contextlib.suppress(OSError):
-                        os.close(read_fd)
-                with contextlib.suppress(OSError):
-                    os.close(write_fd)
+                        os.close(fd)
             for share in shares[watched:]:
                 try:
                     self._spawn_thread(self._run_here, share)

@@ -8,9 +8,8 @@ JIT's in-memory cache, so the benchmark loop launches them at once. Two executor
 
 - ``"processes"``: forked children compile, this process loads from Triton's disk cache
   (``build.forked``; Linux, a process under 6 GB resident, no torch.distributed group or
-  MPI). Truly parallel, and a fork
-  starts in milliseconds, where a spawned pool cost ~6 s on the H200 host before its first
-  compile (imports);
+  MPI). Truly parallel, and a fork starts in milliseconds, where a spawned pool cost ~6 s
+  on the H200 host before its first compile (imports);
 - ``"threads"``: Triton's frontend holds the GIL, so threads overlap only part of each
   compile (13-16 GEMM configs on the H200 host: 11.5-25 s of compile in 2.2-4.7 s).
 

@@ -317,8 +317,6 @@ class SafeAutotuner(Autotuner):
                     for i, outcome in batch:
                         given.add(i)
                         yield configs[i], outcome
-        except GeneratorExit:
-            raise
         except Exception:  # precompiling only saves time: the benchmark compiles the rest
             pass
         finally:
