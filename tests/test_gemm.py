@@ -179,9 +179,12 @@ def test_default_space_constraints():
         d = c.as_dict()
         smem = d["num_stages"] * (d["BLOCK_M"] + d["BLOCK_N"]) * d["BLOCK_K"] * 2
         assert smem <= H200.max_shared_per_block
-        assert d["BLOCK_M"] * d["BLOCK_N"] <= 128 * 32 * d["num_warps"]
-    assert not space.is_valid(cfg(256, 256, 32, warps=8))  # 256 accumulators per thread
-    assert space.violated(cfg(256, 256, 128, warps=8, stages=5)) == [
+        assert d["BLOCK_M"] * d["BLOCK_N"] <= 256 * 32 * d["num_warps"]
+    # 256 accumulators per thread (they spill) are in the space, measured; 512 are not.
+    assert space.is_valid(cfg(256, 256, 32, warps=8))
+    assert space.is_valid(cfg(128, 256, 32, warps=4))
+    assert not space.is_valid(cfg(256, 256, 32, warps=4))
+    assert space.violated(cfg(256, 256, 128, warps=4, stages=5)) == [
         "shared_memory", "accumulator_registers"]
 
 
@@ -195,7 +198,7 @@ def test_problem_spaces_are_bounded_and_sound():
         m, n, k = p["M"], p["N"], p["K"]
         space = gemm.config_space(p)
         keys = {c.key for c in space}
-        assert 100 <= len(keys) <= 600, (p, len(keys))
+        assert 100 <= len(keys) <= 650, (p, len(keys))
         assert keys <= full
         splits = set()
         for c in space:
