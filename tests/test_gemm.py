@@ -188,6 +188,17 @@ def test_default_space_constraints():
         "shared_memory", "accumulator_registers"]
 
 
+def test_split_256_tiles_need_an_aligned_n():
+    # The split-K epilogue of a 256x256 tile needs 262,144 B of shared memory when N is not a
+    # multiple of 16 (measured out_of_resources on the H200); aligned N launches.
+    big = cfg(256, 256, 32, split=2, warps=8)
+    odd = gemm.config_space({"M": 4099, "N": 1001, "K": 2049})
+    assert odd.violated(big) == ["split_k_epilogue"]
+    assert odd.is_valid(cfg(128, 256, 32, split=2, warps=4))
+    assert gemm.config_space({"M": 1024, "N": 1024, "K": 16384}).violated(
+        {**big, "SPLIT_K": 8}) == []
+
+
 def _all_shapes():
     return [("train", p) for p in gemm.TRAIN_SHAPES] + [("test", p) for p in gemm.TEST_SHAPES]
 

@@ -297,6 +297,14 @@ def config_space(problem: dict[str, int] | None = None) -> ConfigSpace:
             return (split in _SPACE["SPLIT_K"] and k >= split * c["BLOCK_K"] * 4
                     and tiles * split <= 2 * NUM_SMS)
 
+        # With N (C's row stride) not a multiple of 16 the split-K epilogue's atomics take the
+        # fp32 tile through shared memory: a 256x256 tile needs 262,144 B there, over the
+        # H200's limit (out_of_resources measured 2026-12-02; N = 1001 and 1032 fail, M does
+        # not matter: AOT compiles of 1024x1001 and 1001x1024).
+        constraints["split_k_epilogue"] = lambda c: (
+            c["SPLIT_K"] == 1 or n % 16 == 0
+            or c["BLOCK_M"] * c["BLOCK_N"] * 4 <= H200.max_shared_per_block)
+
         # Of the splits that fit, only the largest is kept: smaller ones leave SMs idle that
         # the largest fills, and keeping one split per tile shape holds every space <= 650.
         constraints["split_k_pays"] = lambda c: c["SPLIT_K"] == 1 or (
