@@ -11,6 +11,10 @@
 #         exhaustive on 2048x11008x4096.
 # STEP=3: the softmax cache pair; then for 4096^3 and 512x8192x8192 exhaustive again beside
 #         costtune.autotune:8 (and hook:8 at 4096^3) (--rerun): k=8 ratios of one call.
+# STEP=4: (eleventh session, models trained with the 256-accumulator tiles) 4096^3 by every
+#         method beside exhaustive, then 512x8192x8192 exhaustive beside k=8 both ways.
+# STEP=5: 2048x11008x4096 by every method beside exhaustive; the Inductor softmax and the
+#         tutorial-06 attention (first shape each): exhaustive beside k=8 both ways.
 # Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
@@ -42,6 +46,18 @@ case "${STEP:-1}" in
       --methods "exhaustive,costtune.autotune:8,hook:8"
     cold 250 20 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
       --methods "exhaustive,costtune.autotune:8" ;;
+  4)
+    cold 290 30 --cases tutorial03_matmul --only-shapes 1 --no-cache-pair --rerun \
+      --methods "exhaustive,costtune.autotune:8,hook:8,$REST"
+    cold 220 20 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
+      --methods "exhaustive,costtune.autotune:8,hook:8" ;;
+  5)
+    cold 300 30 --cases tutorial03_matmul --only-shapes 0 --no-cache-pair --rerun \
+      --methods "exhaustive,costtune.autotune:8,hook:8,$REST"
+    cold 80 15 --cases inductor_softmax --only-shapes 0 --no-cache-pair --rerun \
+      --methods "exhaustive,costtune.autotune:8,hook:8"
+    cold 110 15 --cases tutorial06_attention --only-shapes 0 --no-cache-pair --rerun \
+      --methods "exhaustive,costtune.autotune:8,hook:8" ;;
 esac
 date -u >>"$LOG"
 tail -45 "$LOG"
