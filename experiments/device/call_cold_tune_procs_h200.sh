@@ -15,6 +15,8 @@
 #         method beside exhaustive, then 512x8192x8192 exhaustive beside k=8 both ways.
 # STEP=5: 2048x11008x4096 by every method beside exhaustive; the Inductor softmax and the
 #         tutorial-06 attention (first shape each): exhaustive beside k=8 both ways.
+# STEP=6: (call 2's 512x8192x8192 ran out of deadline after exhaustive) 512x8192x8192 and
+#         2048x11008x4096: k=8 both ways beside exhaustive; the Inductor softmax likewise.
 # Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
@@ -58,6 +60,13 @@ case "${STEP:-1}" in
       --methods "exhaustive,costtune.autotune:8,hook:8"
     cold 110 15 --cases tutorial06_attention --only-shapes 0 --no-cache-pair --rerun \
       --methods "exhaustive,costtune.autotune:8,hook:8" ;;
+  6)
+    cold 235 20 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
+      --methods "costtune.autotune:8,hook:8,exhaustive"
+    cold 235 20 --cases tutorial03_matmul --only-shapes 0 --no-cache-pair --rerun \
+      --methods "costtune.autotune:8,hook:8,exhaustive"
+    cold 75 12 --cases inductor_softmax --only-shapes 0 --no-cache-pair --rerun \
+      --methods "costtune.autotune:8,hook:8,exhaustive" ;;
 esac
 date -u >>"$LOG"
 tail -45 "$LOG"
