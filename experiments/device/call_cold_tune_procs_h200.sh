@@ -17,6 +17,8 @@
 #         tutorial-06 attention (first shape each): exhaustive beside k=8 both ways.
 # STEP=6: (call 2's 512x8192x8192 ran out of deadline after exhaustive) 512x8192x8192 and
 #         2048x11008x4096: k=8 both ways beside exhaustive; the Inductor softmax likewise.
+# STEP=7: (call 3's exhaustive runs were cut by their deadlines) 512x8192x8192:
+#         costtune.autotune:8 beside exhaustive, with the deadline they need.
 # Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
@@ -67,6 +69,9 @@ case "${STEP:-1}" in
       --methods "costtune.autotune:8,hook:8,exhaustive"
     cold 75 12 --cases inductor_softmax --only-shapes 0 --no-cache-pair --rerun \
       --methods "costtune.autotune:8,hook:8,exhaustive" ;;
+  7)
+    cold 232 12 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
+      --methods "costtune.autotune:8,exhaustive" ;;
 esac
 date -u >>"$LOG"
 tail -45 "$LOG"
