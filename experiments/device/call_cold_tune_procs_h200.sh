@@ -19,6 +19,11 @@
 #         2048x11008x4096: k=8 both ways beside exhaustive; the Inductor softmax likewise.
 # STEP=7: (call 3's exhaustive runs were cut by their deadlines) 512x8192x8192:
 #         costtune.autotune:8 beside exhaustive, with the deadline they need.
+# STEP=8: (next) same-call pairs at the current models for the two shapes calls 3-4 missed:
+#         2048x11008x4096 and 512x8192x8192, k=8 both ways then exhaustive (~235 s each).
+# STEP=9: (next) k = 1, 4, 16 both ways on 2048x11008x4096 and 512x8192x8192 (their ratios
+#         against STEP=8's exhaustive count only if run in the same call: they are context),
+#         and the tutorial-06 attention: exhaustive beside k=8 both ways.
 # Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
@@ -72,6 +77,16 @@ case "${STEP:-1}" in
   7)
     cold 232 12 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
       --methods "costtune.autotune:8,exhaustive" ;;
+  8)
+    cold 285 15 --cases tutorial03_matmul --only-shapes 0 --no-cache-pair --rerun \
+      --methods "costtune.autotune:8,hook:8,exhaustive"
+    cold 285 15 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
+      --methods "costtune.autotune:8,hook:8,exhaustive" ;;
+  9)
+    cold 150 20 --cases tutorial03_matmul --only-shapes 0,2 --no-cache-pair --rerun \
+      --methods "$REST"
+    cold 150 15 --cases tutorial06_attention --only-shapes 0 --no-cache-pair --rerun \
+      --methods "costtune.autotune:8,hook:8,exhaustive" ;;
 esac
 date -u >>"$LOG"
 tail -45 "$LOG"
