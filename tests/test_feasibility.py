@@ -78,7 +78,14 @@ def test_floor_never_exceeds_the_compiled_size(compiled_rows):
     from costtune.kernels import PROBLEM_KEYS
 
     df = compiled_rows
-    assert (df["compile_status"] == "ok").all()
+    # The only configs that did not compile: split 256x256 GEMM tiles with N % 16 != 0, whose
+    # atomic epilogue needs 262,144 B (measured on the H200); the gemm space rules them out.
+    failed = df[df["compile_status"] != "ok"]
+    assert set(failed["kernel"]) == {"gemm"} and len(failed) == 42
+    assert ((failed["BLOCK_M"] == 256) & (failed["BLOCK_N"] == 256) & (failed["SPLIT_K"] > 1)
+            & (failed["N"] % 16 != 0)).all()
+    assert (failed["status"] == "out_of_resources").all()
+    df = df[df["compile_status"] == "ok"].reset_index(drop=True)
     floors = np.zeros(len(df), dtype=np.int64)
     for (kernel, _), group in df.groupby(["kernel", "workload"], sort=False):
         first = group.iloc[0]
@@ -239,7 +246,7 @@ def test_untold_knobs_take_one_slot_each(record):
 
 
 def test_values_outside_the_training_data_are_a_doubt(record):
-    """256x256 tiles at 8 warps (256 accumulator elements per thread, trained up to 128),
+    """256x256 tiles at 4 warps (512 accumulator elements per thread, trained up to 256),
     BLOCK_M=512, num_warps=16 and num_stages=9 never appear in the training rows: when one
     ranks among those kept, k is widened with one warning; when none does, nothing happens."""
     odd = [triton.Config({"BLOCK_M": 512, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=8),
@@ -251,21 +258,23 @@ def test_values_outside_the_training_data_are_a_doubt(record):
     text = " ".join(ours(record))
     for word in ("BLOCK_M=512", "num_warps=16", "num_stages=9"):
         assert word in text or "outside the training data" in text
-    # At 4096^3 the 256x256 tiles rank in the model's top 8 of the unfiltered list: the 8
-    # best-ranked configs with trained values are kept, and every untrained one ranked above
-    # the last of them (not widen x k: the trusted ones below need no measuring).
+    # At 4096^3 the unfiltered list's 256x256 tiles at 4 warps (512 elements per thread) are
+    # untrained, but the shipped model, trained on tiles up to 256 elements per thread (they
+    # spill and run 2.7-10x slower), ranks none of them above its 8th trained config: exactly
+    # 8 kept, no doubt. (Before the 256-element rows were measured, 8 untrained tiles ranked
+    # there and 16 were kept; the rule itself is tested with a stand-in order in
+    # test_untrained_rule_holds_after_stage_two.)
     pruner = costtune.prune_configs_by("h200", 8, family="gemm")["early_config_prune"]
     kept = pruner(UNFILTERED, gemm_args(4096, 4096, 4096))
-    assert "elements per thread" in ours(record)[-1]
-    untrained = [c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] > 128 * 32 * c.num_warps
-                 for c in kept]
-    assert sum(not u for u in untrained) == 8 and not untrained[-1]
-    assert 8 < len(kept) < 32
+    assert len(kept) == 8 and "config" not in pruner.last.fallbacks
+    assert all(c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 128 * 32 * c.num_warps for c in kept)
     ranked = [UNFILTERED[i] for i in pruner.last.ranked]
-    assert kept == ranked[:len(kept)]
+    assert kept == ranked[:8]
+    assert any(c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] > 256 * 32 * c.num_warps
+               for c in UNFILTERED if tutorial_estimate(c) <= LIMIT)
     # Only trained values: no doubt.
     trained = [c for c in UNFILTERED if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"]
-               <= 128 * 32 * c.num_warps and tutorial_estimate(c) <= LIMIT]
+               <= 256 * 32 * c.num_warps and tutorial_estimate(c) <= LIMIT]
     pruner = costtune.prune_configs_by("h200", 8, family="gemm")["early_config_prune"]
     assert len(pruner(trained, gemm_args(4096, 4096, 4096))) == 8
     assert pruner.last.fallbacks == []
@@ -312,19 +321,18 @@ def test_untrained_rule_holds_after_stage_two(monkeypatch):
     from costtune.tune.pruner import ConfigPruner
 
     def untrained(p):
-        return p["BLOCK_M"] * p["BLOCK_N"] > 128 * 32 * p["num_warps"]
+        return p["BLOCK_M"] * p["BLOCK_N"] > 256 * 32 * p["num_warps"]
 
     def stage2(self, launch, params, features, keys, order, decision, notes):
-        short, rest = list(order[:32]), order[32:]
-        first = [j for j in short if untrained(params[j])]
+        first = [j for j in order if untrained(params[j])]  # wherever stage 1 ranked them
         decision.stage2 = True
-        return np.array(first + [j for j in short if j not in first] + list(rest))
+        return np.array(first + [j for j in order if j not in first])
 
     monkeypatch.setattr(ConfigPruner, "_stage2", stage2)
     pruner = costtune.prune_configs_by("h200", 8, family="gemm", two_stage=True,
                                        widen=8)["early_config_prune"]
     kept = pruner(UNFILTERED, gemm_args(4096, 4096, 4096))
-    flags = [c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] > 128 * 32 * c.num_warps for c in kept]
+    flags = [c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] > 256 * 32 * c.num_warps for c in kept]
     assert pruner.last.stage2 and any(flags)
     assert sum(not f for f in flags) == 8 and not flags[-1]
     assert pruner.last.k == len(kept) <= 64

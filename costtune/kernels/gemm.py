@@ -367,11 +367,13 @@ def shared_memory_floor(problem: dict[str, Any], config: dict[str, Any], *, dtyp
     multiple of 16 elements, as Triton's specialization sees them) is multi-buffered by the
     pipeliner: ``num_stages`` copies on sm_90's wgmma path (BLOCK_M >= 64, 4 or 8 warps),
     ``num_stages - 1`` otherwise; an unaligned operand is loaded through registers and staged
-    once; a TMA descriptor operand counts as aligned. On the dataset's 25,680 compiled GEMM
+    once; a TMA descriptor operand counts as aligned. On the dataset's 27,456 compiled GEMM
     rows the bound never exceeds the compiled size and equals it on 96%, and it holds on AOT
     compiles of tutorial-style and TMA matmuls (experiments/feasibility.py). Outside what was
     checked it claims nothing (0): other dtypes, num_stages <= 1, and warp-specialized loops
-    off the wgmma path (there a TMA matmul with BLOCK_M=32 keeps only the B tile).
+    off the wgmma path (there a TMA matmul with BLOCK_M=32 keeps only the B tile), and the
+    split-K epilogue of this suite's kernel (a 256x256 fp32 tile through shared memory when N
+    is not a multiple of 16: ``config_space``'s ``split_k_epilogue``), which other GEMMs lack.
 
     >>> cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 5}
     >>> shared_memory_floor({}, cfg, dtype="float16", aligned={"a": True, "b": True})

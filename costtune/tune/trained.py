@@ -4,17 +4,17 @@ trained configs and every untrained one it ranks above them, at most ``widen`` x
 
 ``costtune/models/trained_configs_h200.json`` holds, per family, every value each config
 parameter took in the training rows of ``datasets/h200`` (the rows the shipped models learned
-from) and the range of the accumulator elements per thread (tile / threads), so 256x256 tiles
-at 8 warps count as unseen even though 256 was seen on each side. It is generated, with its
-provenance, by::
+from) and the range of the accumulator elements per thread (tile / threads), so 256x256
+tiles at 4 warps (512 per thread) count as unseen even though 256 was seen on each side. It
+is generated, with its provenance, by::
 
     python -m costtune.tune.trained datasets/h200 --out costtune/models/trained_configs_h200.json
 
 >>> cols = {"BLOCK_M": [512, 64], "BLOCK_N": [64, 64], "num_warps": [4, 4]}
->>> for why in unseen_values("gemm", cols, elems_per_thread=[256.0, 32.0])[0].split("; "):
+>>> for why in unseen_values("gemm", cols, elems_per_thread=[512.0, 32.0])[0].split("; "):
 ...     print(why)
 BLOCK_M=512 (trained: 32, 64, 128, 256)
-256 accumulator elements per thread (trained: 4 to 128)
+512 accumulator elements per thread (trained: 4 to 256)
 
 """
 

@@ -4,7 +4,7 @@ costtune.prune_configs_by(top_k=k))``, pruned through Triton's own ``prune_confi
 meta-device tensors. Predicts what a device call will compile (the slowest compile sets the
 floor of a cold first call).
 
-    PYTHONPATH=. python3 -m experiments.cold_tune.kept [--k 8] [--dataset datasets/h200]
+    PYTHONPATH=. python3 -m experiments.cold_tune.kept [--k 8]
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import torch
 import triton
 
 import costtune
-from experiments import harness
 from experiments.cold_tune.cases import CASES, matmul_configs, shape_text
 
 
@@ -38,7 +37,6 @@ def kept_configs(problem: dict[str, int], k: int) -> list[triton.Config]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", type=int, default=8)
-    ap.add_argument("--dataset", default=str(harness.DATASET))
     args = ap.parse_args()
     rows = []
     for problem in CASES["tutorial03_matmul"].shapes:

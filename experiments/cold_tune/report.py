@@ -34,6 +34,11 @@ def _load(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _call(record: dict[str, Any]) -> str:
+    env = record["env"]
+    return env.get("call") or env["commit"]
+
+
 def table(raw: Path) -> pd.DataFrame:
     runs = [r for r in _load(raw / "runs.jsonl") if r.get("status") == "ok"]
     retimed: dict[tuple, dict[str, float]] = {}
@@ -53,9 +58,10 @@ def table(raw: Path) -> pd.DataFrame:
             "shape": shape_text(CASES[case].shapes[i]), "method": method,
             "first_call_s": r["first_call_s"],
             "speedup_vs_exhaustive": ex["first_call_s"] / r["first_call_s"] if ex else math.nan,
-            # Device calls are told apart by their commit (one call per commit): first-call
-            # times drift 10-20% between calls, so only same-call ratios count for goals.
-            "same_call": bool(ex) and ex["env"]["commit"] == r["env"]["commit"],
+            # First-call times drift 10-20% between device calls, so only same-call ratios
+            # count for goals. A call is its COSTTUNE_CALL id; records made before that id
+            # existed had one call per commit.
+            "same_call": bool(ex) and _call(ex) == _call(r),
             "quality_vs_exhaustive": ex_pick / pick if pick and ex_pick else math.nan,
             **_phases(r),
             "n_configs": r["n_configs"], "kept": r["kept"], "n_benchmarked": r["n_benchmarked"],
@@ -98,6 +104,8 @@ def goal_lines(df: pd.DataFrame) -> list[str]:
             out.append(f"- `{method}`: not measured")
             continue
         def text(r: Any) -> str:
+            if pd.isna(r.speedup_vs_exhaustive):
+                return f"{r.shape}: no exhaustive measured"
             q = ("quality not re-timed" if pd.isna(r.quality_vs_exhaustive)
                  else f"at {r.quality_vs_exhaustive:.3f}")
             return (f"{r.shape}: {r.speedup_vs_exhaustive:.1f}x {q}"
@@ -142,8 +150,8 @@ def write(df: pd.DataFrame, raw: Path, out: Path) -> Path:
     env = next((r["env"] for r in _load(raw / "runs.jsonl") if r.get("env")), {})
     lines = ["# Cold tuning: costtune vs exhaustive triton.autotune, kernels never trained on",
              "", "- Command: `PYTHONPATH=. python3 -m experiments.cold_tune.run` on the device "
-             "(`experiments/device/call_cold_tune_procs_h200.sh`, STEP=1-7; one device call "
-             "per commit below), then `python3 -m experiments.cold_tune.report`",
+             "(`experiments/device/call_cold_tune_procs_h200.sh`, STEP=1-9; the commits below "
+             "are of the calls' code), then `python3 -m experiments.cold_tune.report`",
              f"- GPU {env.get('gpu')}; torch {env.get('torch')}, triton {env.get('triton')}, "
              f"{env.get('cpus')} CPUs; runs at " + ", ".join(f"{c} ({d})" for c, d in envs),
              "- Every run in a fresh process with a fresh Triton cache, feature cache and "

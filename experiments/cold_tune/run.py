@@ -87,6 +87,8 @@ def provenance() -> dict[str, Any]:
             "torch": torch.__version__, "triton": triton.__version__,
             "costtune": costtune.__version__,
             "commit": (os.environ.get("COSTTUNE_COMMIT") or git_state()[0] or "?")[:7],
+            # One id per device call (the call script sets it); same_call compares it.
+            "call": os.environ.get("COSTTUNE_CALL") or None,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "command": "python3 -m experiments.cold_tune.run " + " ".join(sys.argv[1:]),
             "cpus": os.cpu_count()}

@@ -27,6 +27,8 @@
 # Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
+# One id per call: the report counts a ratio toward the goals only within one call.
+export COSTTUNE_CALL="${COSTTUNE_COMMIT:-unknown}-step${STEP:-1}-$(date -u +%Y%m%dT%H%M%S)"
 { date -u; nproc; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; } >>"$LOG"
 RAW=experiments/results/raw/cold_tune
 K8="costtune.autotune:8,costtune.autotune:8@threads,hook:8,hook:8@threads"
