@@ -309,7 +309,8 @@ def report(errors, five, rand, aot, out: Path, user=None) -> None:
              "Rows: every dataset config that compiled (all of those ran). `above`: the "
              "estimate says more than the kernel needs (dropping by it could drop a config "
              "that launches); `below`: less (a config over the limit could be kept; the "
-             "replacement in costtune.autotune catches it).", "", errors.to_markdown(index=False), "",
+             "replacement in costtune.autotune catches it).", "",
+             errors.to_markdown(index=False), "",
              "## 2. The unfiltered GEMM list (384 configs) at five shapes", "",
              "`cannot_launch`: the floor, which equals the compiled size on aligned GEMM rows "
              "without split-K (section 1), is over 232,448 B. `before`: the shipped model's own "
