@@ -46,13 +46,16 @@ import pandas as pd  # noqa: E402
 from costtune.evaluate import default_model  # noqa: E402
 from costtune.evaluate.metrics import (  # noqa: E402
     rankings_from_scores,
+    tenset_score,
     topk_scores,
     topk_table,
+    true_times,
 )
 from costtune.features.static import static_features  # noqa: E402
 from costtune.kernels import IMPLEMENTATIONS  # noqa: E402
 from costtune.model.learned import fit_update  # noqa: E402
 from costtune.tune.adaptive import Adaptive, margin_for, replay_table  # noqa: E402
+from costtune.tune.trained import keep_untrained, trained_from_rows  # noqa: E402
 from experiments import harness  # noqa: E402
 
 QUESTION = "learning_curve"
@@ -106,18 +109,61 @@ def cases(df: pd.DataFrame) -> tuple[list[dict], str]:
                  "implementation in the data)")
 
 
-def score_model(model, test: pd.DataFrame, feats: pd.DataFrame, margin: float) -> dict:
-    """Fixed top-k scores and the adaptive budget's score and configs, on the test rows."""
+def score_model(model, test: pd.DataFrame, feats: pd.DataFrame, margin: float, *,
+                trained: dict | None = None) -> dict:
+    """Fixed top-k scores and the adaptive budget's score and configs, on the test rows;
+    with ``trained`` (the values the model learned from) also the top-k as the hook keeps it
+    (``tuned_top{k}``, ``tuned_configs{k}``)."""
     from costtune.model.registry import score
 
     s = score(model, feats)
-    table = topk_table(test, rankings_from_scores(test, s), ks=KS)
+    rankings = rankings_from_scores(test, s)
+    table = topk_table(test, rankings, ks=KS)
     out = topk_scores(table, ks=KS, worst=(8,))
+    if trained is not None:
+        out.update(tuned_scores(test, feats, rankings, trained))
     adaptive = replay_table(test.assign(kernel=test["kernel"].astype(str)), s,
                             budget=Adaptive(max_configs=CAP), margins=[margin]).iloc[0]
     out.update(adaptive_score=float(adaptive["score"]),
                adaptive_configs=float(adaptive["mean_configs"]), adaptive_margin=margin)
     return out
+
+
+def tuned_scores(test: pd.DataFrame, feats: pd.DataFrame, rankings: dict,
+                 trained: dict) -> dict:
+    """Top-k as the pruning hook keeps it: the k best-ranked configs with trained values plus
+    every untrained one ranked above the last of them (``tune.trained.keep_untrained``, cap
+    4k as the hook's default ``widen``); the TenSet score of what that measures and the mean
+    configs it measures per workload."""
+    family = next(iter(trained))
+    known = trained[family]["values"]
+    cols = {c: pd.to_numeric(test[c], errors="coerce").to_numpy(dtype=float)
+            for c in known if c in test}
+    elems = feats["elems_per_thread"].to_numpy(dtype=float)
+    times = true_times(test)
+    out = {}
+    for k in KS:
+        l_star, l_k, kept = [], [], []
+        for order in rankings.values():
+            order = np.asarray(order, dtype=int)
+            if not np.isfinite(times[order]).any():
+                continue
+            n, _ = keep_untrained(family, {c: v[order] for c, v in cols.items()},
+                                  elems[order], np.arange(len(order)), k=k,
+                                  cap=min(len(order), 4 * k), trained=trained)
+            l_star.append(times[order].min())
+            l_k.append(times[order[:n]].min())
+            kept.append(n)
+        out[f"tuned_top{k}"] = tenset_score(np.array(l_star), np.array(l_k))
+        out[f"tuned_configs{k}"] = float(np.mean(kept)) if kept else float("nan")
+    return out
+
+
+def learned_values(case: dict, taken: list[pd.DataFrame]) -> dict:
+    """The config values a case's model learned from: the base's training rows and the
+    harvested ones (status ok)."""
+    rows = pd.concat([case["train"], *taken], ignore_index=True)
+    return trained_from_rows(rows[rows["status"] == "ok"], case["family"])
 
 
 def top_rows(model, rows: pd.DataFrame, k: int) -> pd.DataFrame:
@@ -164,7 +210,8 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
             for i in range(max(shapes) + 1):
                 if i in shapes or (i == len(order) and max(shapes) > i):
                     n_rows = int(sum(len(t) for t in taken))
-                    rec = score_model(model, test, feats, margin)
+                    rec = score_model(model, test, feats, margin,
+                                      trained=learned_values(case, taken))
                     records.append({"family": family, "held_out": case["held_out"],
                                     "harvest": harvest, "method": method,
                                     "update": label, "seed": seed,
@@ -181,7 +228,9 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
 
 def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
            seconds: float) -> list[str]:
-    cols = ["top1", "top4", "top8", "worst8", "adaptive_score", "adaptive_configs"]
+    cols = ["top1", "top4", "top8", "worst8", "adaptive_score", "adaptive_configs",
+            "tuned_top1", "tuned_configs1", "tuned_top4", "tuned_configs4", "tuned_top8",
+            "tuned_configs8"]
     mean = (table.groupby(["family", "held_out", "harvest", "method", "update",
                            "n_shapes"])[cols]
             .mean().reset_index())
@@ -208,6 +257,12 @@ def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
              "`adaptive_configs` is the mean configs it benchmarked per workload.",
              "- harvest `exhaustive`: every config of a harvested workload; `top8`: the 8 "
              "configs the model of the moment ranks best (what top_k=8 tuning records).",
+             "- `tuned_top{k}`: top-k as the pruning hook keeps it: the k best-ranked configs "
+             "with values the model learned from (the base's rows and the harvested ones), "
+             "plus every config with an untrained value (e.g. more accumulator elements per "
+             "thread than any training tile) ranked above the last of them "
+             "(`costtune.tune.trained.keep_untrained`, at most 4k); `tuned_configs{k}` is "
+             "the mean configs that measures per workload. The goals are read on `top{k}`.",
              f"- Runtime {seconds:.0f} s on this machine.", "",
              "## Goal at N = 2 (continued training)", "", *goal, "",
              "## Mean over seeds", "", harness.md_table(mean, floatfmt=".4f"), ""]

@@ -280,6 +280,26 @@ def test_values_outside_the_training_data_are_a_doubt(record):
     assert pruner.last.fallbacks == []
 
 
+def test_trained_values_of_other_rows_drive_the_kept_count():
+    """A replay passes the values its own model learned from (``trained_from_rows``): a config
+    outside them ranked among the first k is measured besides the k best trained ones."""
+    from costtune.tune.trained import keep_untrained, trained_from_rows
+
+    rows = pd.DataFrame({"kernel": "gemm", "dtype": "float16", "M": 1024, "N": 1024,
+                         "K": 1024, "BLOCK_M": [64, 128], "BLOCK_N": [64, 128],
+                         "BLOCK_K": 32, "SPLIT_K": 1, "num_warps": 4, "num_stages": 3})
+    trained = trained_from_rows(rows, "gemm")
+    assert trained["gemm"]["values"]["BLOCK_M"] == [64, 128]
+    assert trained["gemm"]["ranges"]["elems_per_thread"] == [32.0, 128.0]
+    cols = {"BLOCK_M": np.array([256, 64, 128, 64]), "BLOCK_N": np.array([128, 64, 128, 64]),
+            "num_warps": np.array([4, 4, 4, 4])}
+    elems = cols["BLOCK_M"] * cols["BLOCK_N"] / (32 * cols["num_warps"])
+    n, doubts = keep_untrained("gemm", cols, elems, [0, 1, 2, 3], k=2, cap=4, trained=trained)
+    assert n == 3 and doubts and "BLOCK_M=256" in doubts[0][1]
+    assert keep_untrained("gemm", cols, elems, [1, 2, 0, 3], k=2, cap=4,
+                          trained=trained) == (2, [])
+
+
 def test_trained_values_file_matches_the_dataset():
     """The shipped file is what its generator computes from the dataset."""
     assert build(DATASET) == load_trained()

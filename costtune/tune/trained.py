@@ -94,14 +94,17 @@ def config_doubts(family: str, columns: Mapping[str, Any], *, elems_per_thread: 
 
 
 def keep_untrained(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
-                   order: Sequence[int], *, k: int, cap: int
+                   order: Sequence[int], *, k: int, cap: int,
+                   trained: Mapping[str, Any] | None = None
                    ) -> tuple[int, list[tuple[str, str]]]:
     """(how many of ``order`` (positions best first) to keep, the doubt to note): ``k`` when
     no config with untrained values ranks in the first ``k``; else enough that the ``k``
     best-ranked configs with trained values are kept and, besides them, every untrained one
     ranked above the last of them (the model cannot be trusted on those either way, so they
-    are measured), at most ``cap``."""
-    unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread)
+    are measured), at most ``cap``. ``trained``: as from ``trained_from_rows`` (default: the
+    shipped file's)."""
+    unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread,
+                           trained=trained)
     if not unseen or not any(int(j) in unseen for j in order[:k]):
         return k, []
     trusted, grown = 0, cap
@@ -111,7 +114,7 @@ def keep_untrained(family: str, columns: Mapping[str, Any], elems_per_thread: An
             grown = pos + 1
             break
     return grown, config_doubts(family, columns, elems_per_thread=elems_per_thread,
-                                among=order[:grown])
+                                among=order[:grown], trained=trained)
 
 
 def build(dataset: str | Path) -> dict[str, Any]:
@@ -121,10 +124,8 @@ def build(dataset: str | Path) -> dict[str, Any]:
     (their stage-1 model reads the kernel's source, ``h200_<family>``, shipped by
     experiments/impl_descriptor.py), else the family's original kernel (the others train only
     the compiled second stage, experiments/loio.py)."""
-    from costtune.features.static import static_features
     from costtune.kernels import FAMILIES
     from costtune.store.dataset import load_dataset
-    from costtune.tune.launch import FAMILY_PARAMS
 
     out: dict[str, Any] = {}
     for family in FAMILIES:
@@ -132,15 +133,23 @@ def build(dataset: str | Path) -> dict[str, Any]:
         df = df[(df["status"] == "ok") & (df["suite"] == "train")]
         if family not in ALL_IMPLEMENTATIONS:
             df = df[df["implementation"] == df["kernel"]]
-        if not len(df):
-            continue
-        required, neutral = FAMILY_PARAMS[family]
-        names = [*required, *neutral, "num_warps", "num_stages"]
-        values = {n: sorted(int(v) for v in df[n].dropna().unique()) for n in names if n in df}
-        feats = static_features(df)
-        ranges = {c: [float(feats[c].min()), float(feats[c].max())] for c in _DERIVED}
-        out[family] = {"values": values, "ranges": ranges, "rows": int(len(df))}
+        if len(df):
+            out.update(trained_from_rows(df, family))
     return out
+
+
+def trained_from_rows(rows: Any, family: str) -> dict[str, Any]:
+    """{family: trained values and ranges} of dataset rows a model learned from (the file's
+    ``families`` entry; a replay passes it as ``trained=`` for a model trained elsewhere)."""
+    from costtune.features.static import static_features
+    from costtune.tune.launch import FAMILY_PARAMS
+
+    required, neutral = FAMILY_PARAMS[family]
+    names = [*required, *neutral, "num_warps", "num_stages"]
+    values = {n: sorted(int(v) for v in rows[n].dropna().unique()) for n in names if n in rows}
+    feats = static_features(rows)
+    ranges = {c: [float(feats[c].min()), float(feats[c].max())] for c in _DERIVED}
+    return {family: {"values": values, "ranges": ranges, "rows": int(len(rows))}}
 
 
 def _git_commit() -> str:
