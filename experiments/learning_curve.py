@@ -166,13 +166,24 @@ def learned_values(case: dict, taken: list[pd.DataFrame]) -> dict:
     return trained_from_rows(rows[rows["status"] == "ok"], case["family"])
 
 
-def top_rows(model, rows: pd.DataFrame, k: int) -> pd.DataFrame:
-    """The ``k`` rows of one workload that ``model`` ranks best (what a top-k call records)."""
+def top_rows(model, rows: pd.DataFrame, k: int, trained: dict | None = None) -> pd.DataFrame:
+    """The rows of one workload a top-k call measures and records: the ``k`` that ``model``
+    ranks best or, with ``trained``, the hook's kept list (the k best trained configs and the
+    untrained ones ranked above them, at most 4k)."""
     from costtune.model.registry import score
 
-    s = score(model, static_features(rows))
+    feats = static_features(rows)
+    s = score(model, feats)
     order = np.lexsort((rows["config"].astype(str).to_numpy(), -s))
-    return rows.iloc[order[:k]]
+    n = k
+    if trained is not None:
+        family = next(iter(trained))
+        cols = {c: pd.to_numeric(rows[c], errors="coerce").to_numpy(dtype=float)[order]
+                for c in trained[family]["values"] if c in rows}
+        n, _ = keep_untrained(family, cols, feats["elems_per_thread"].to_numpy(float)[order],
+                              np.arange(len(order)), k=k, cap=min(len(order), 4 * k),
+                              trained=trained)
+    return rows.iloc[order[:n]]
 
 
 def parse_update(text: str) -> tuple[str, int | None, dict | None]:
@@ -219,7 +230,8 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
                 if i == len(order):
                     break
                 rows = pool[pool["workload"] == order[i]]
-                taken.append(rows if harvest == "exhaustive" else top_rows(model, rows, 8))
+                taken.append(rows if harvest == "exhaustive" else
+                             top_rows(model, rows, 8, learned_values(case, taken)))
                 if harvest == "top8" or i + 1 in shapes or i + 1 == len(order):
                     model = fit_update(base, pd.concat(taken, ignore_index=True),
                                        method=method, rounds=rounds, params=params)
@@ -255,8 +267,10 @@ def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
              f"- Adaptive: `costtune.Adaptive(max_configs={CAP})` with the family's calibrated "
              "margin (`costtune/models/adaptive_h200.json`), replayed on the recorded times; "
              "`adaptive_configs` is the mean configs it benchmarked per workload.",
-             "- harvest `exhaustive`: every config of a harvested workload; `top8`: the 8 "
-             "configs the model of the moment ranks best (what top_k=8 tuning records).",
+             "- harvest `exhaustive`: every config of a harvested workload; `top8`: what "
+             "top_k=8 tuning records, the hook's kept list under the model of the moment (its "
+             "8 best-ranked configs with learned values, and any untrained one ranked above "
+             "them).",
              "- `tuned_top{k}`: top-k as the pruning hook keeps it: the k best-ranked configs "
              "with values the model learned from (the base's rows and the harvested ones), "
              "plus every config with an untrained value (e.g. more accumulator elements per "
