@@ -3,7 +3,8 @@
 Protocol, per family and per held-out implementation H (the dataset's ``implementation``
 column; rows without it are the family's original kernel, named like the family):
 
-1. base model: the shipped defaults (``costtune.evaluate.default_model``), trained on the
+1. base model: the shipped defaults (``costtune.evaluate.default_model``) with the feature
+   set the family's shipped stage-1 model uses (softmax: static+src), trained on the
    train-suite rows of the family's *other* implementations;
 2. harvest: H's train-suite workloads in a seeded order; after N = 0, 1, 2, 4, 8 of them, the
    base model is updated on their rows as ``costtune.autotune(learn=True)`` does
@@ -114,9 +115,7 @@ def score_model(model, test: pd.DataFrame, feats: pd.DataFrame, margin: float, *
     """Fixed top-k scores and the adaptive budget's score and configs, on the test rows;
     with ``trained`` (the values the model learned from) also the top-k as the hook keeps it
     (``tuned_top{k}``, ``tuned_configs{k}``)."""
-    from costtune.model.registry import score
-
-    s = score(model, feats)
+    s = model_scores(model, test, feats)
     rankings = rankings_from_scores(test, s)
     table = topk_table(test, rankings, ks=KS)
     out = topk_scores(table, ks=KS, worst=(8,))
@@ -127,6 +126,22 @@ def score_model(model, test: pd.DataFrame, feats: pd.DataFrame, margin: float, *
     out.update(adaptive_score=float(adaptive["score"]),
                adaptive_configs=float(adaptive["mean_configs"]), adaptive_margin=margin)
     return out
+
+
+def model_scores(model, rows: pd.DataFrame, feats: pd.DataFrame) -> np.ndarray:
+    """``model``'s scores of ``rows``: from their static features, or with the kernel-source
+    features (``static+src``, the shipped softmax model's set) through ``predict``."""
+    from costtune.model.registry import score
+
+    return score(model, feats) if model.features == "static" else model.predict(rows)
+
+
+def shipped_features(family: str) -> str:
+    """The feature set of the shipped stage-1 model of ``family`` (e.g. softmax: static+src)."""
+    from costtune.model.xgb import CostModel
+
+    loaded = CostModel.load_for("h200", family)
+    return (loaded[0] if isinstance(loaded, tuple) else loaded).features
 
 
 def tuned_scores(test: pd.DataFrame, feats: pd.DataFrame, rankings: dict,
@@ -170,10 +185,8 @@ def top_rows(model, rows: pd.DataFrame, k: int, trained: dict | None = None) -> 
     """The rows of one workload a top-k call measures and records: the ``k`` that ``model``
     ranks best or, with ``trained``, the hook's kept list (the k best trained configs and the
     untrained ones ranked above them, at most 4k)."""
-    from costtune.model.registry import score
-
     feats = static_features(rows)
-    s = score(model, feats)
+    s = model_scores(model, rows, feats)
     order = np.lexsort((rows["config"].astype(str).to_numpy(), -s))
     n = k
     if trained is not None:
@@ -204,8 +217,8 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
     family, test = case["family"], case["test"].reset_index(drop=True)
     if case["train"].empty or case["pool"].empty or test.empty:
         return []
-    base = default_model(family=case.get("base_family", family),
-                         n_estimators=trees).fit(case["train"])
+    base = default_model(family=case.get("base_family", family), n_estimators=trees,
+                         features=shipped_features(family)).fit(case["train"])
     feats = static_features(test)
     margin = margin_for(Adaptive(), family)
     pool = case["pool"]
@@ -258,7 +271,9 @@ def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
                   else "other implementations'")
     lines = [f"# Learning curve: {protocol}", "",
              harness.provenance(dataset=harness.DATASET, n_rows=n_rows), "",
-             f"- Protocol: **{protocol}**. Base model: shipped defaults trained on the "
+             f"- Protocol: **{protocol}**. Base model: shipped defaults, with the feature "
+             "set of the family's shipped stage-1 model (softmax: static+src, the kernel "
+             "source's counts; gemm and attention: static), trained on the "
              f"{trained_on} train-suite rows; "
              "N harvested train-suite workloads of the held-out one (seeded orders, "
              f"{seeds} seeds, means shown) update it by continued training "
