@@ -144,17 +144,24 @@ def shipped_features(family: str) -> str:
     return (loaded[0] if isinstance(loaded, tuple) else loaded).features
 
 
+def hook_kept(rows: pd.DataFrame, feats: pd.DataFrame, order: np.ndarray, k: int,
+              trained: dict) -> int:
+    """How many of ``rows`` in ``order`` (best first) the pruning hook keeps at ``k``: the k
+    best-ranked configs with trained values plus every untrained one ranked above the last of
+    them (``tune.trained.keep_untrained``, cap 4k: the hook's default ``widen``)."""
+    family = next(iter(trained))
+    cols = {c: pd.to_numeric(rows[c], errors="coerce").to_numpy(dtype=float)[order]
+            for c in trained[family]["values"] if c in rows}
+    elems = feats["elems_per_thread"].to_numpy(dtype=float)[order]
+    n, _ = keep_untrained(family, cols, elems, np.arange(len(order)), k=k,
+                          cap=min(len(order), 4 * k), trained=trained)
+    return n
+
+
 def tuned_scores(test: pd.DataFrame, feats: pd.DataFrame, rankings: dict,
                  trained: dict) -> dict:
-    """Top-k as the pruning hook keeps it: the k best-ranked configs with trained values plus
-    every untrained one ranked above the last of them (``tune.trained.keep_untrained``, cap
-    4k as the hook's default ``widen``); the TenSet score of what that measures and the mean
-    configs it measures per workload."""
-    family = next(iter(trained))
-    known = trained[family]["values"]
-    cols = {c: pd.to_numeric(test[c], errors="coerce").to_numpy(dtype=float)
-            for c in known if c in test}
-    elems = feats["elems_per_thread"].to_numpy(dtype=float)
+    """Top-k as the pruning hook keeps it (``hook_kept``): the TenSet score of what that
+    measures and the mean configs it measures per workload."""
     times = true_times(test)
     out = {}
     for k in KS:
@@ -163,9 +170,7 @@ def tuned_scores(test: pd.DataFrame, feats: pd.DataFrame, rankings: dict,
             order = np.asarray(order, dtype=int)
             if not np.isfinite(times[order]).any():
                 continue
-            n, _ = keep_untrained(family, {c: v[order] for c, v in cols.items()},
-                                  elems[order], np.arange(len(order)), k=k,
-                                  cap=min(len(order), 4 * k), trained=trained)
+            n = hook_kept(test, feats, order, k, trained)
             l_star.append(times[order].min())
             l_k.append(times[order[:n]].min())
             kept.append(n)
@@ -174,11 +179,19 @@ def tuned_scores(test: pd.DataFrame, feats: pd.DataFrame, rankings: dict,
     return out
 
 
-def learned_values(case: dict, taken: list[pd.DataFrame]) -> dict:
-    """The config values a case's model learned from: the base's training rows and the
-    harvested ones (status ok)."""
-    rows = pd.concat([case["train"], *taken], ignore_index=True)
-    return trained_from_rows(rows[rows["status"] == "ok"], case["family"])
+def learned_values(base: dict, taken: list[pd.DataFrame]) -> dict:
+    """The config values a case's model learned from: ``base`` (``trained_from_rows`` of the
+    base's training rows, computed once per case) widened by the harvested rows (status ok)."""
+    family = next(iter(base))
+    rows = pd.concat(taken, ignore_index=True) if taken else None
+    if rows is None or not (rows["status"] == "ok").any():
+        return base
+    old, new = base[family], trained_from_rows(rows[rows["status"] == "ok"], family)[family]
+    values = {n: sorted(set(old["values"].get(n, [])) | set(new["values"].get(n, [])))
+              for n in {**old["values"], **new["values"]}}
+    ranges = {c: [float(np.fmin(lo, new["ranges"][c][0])), float(np.fmax(hi, new["ranges"][c][1]))]
+              for c, (lo, hi) in old["ranges"].items()}
+    return {family: {"values": values, "ranges": ranges, "rows": old["rows"] + new["rows"]}}
 
 
 def top_rows(model, rows: pd.DataFrame, k: int, trained: dict | None = None) -> pd.DataFrame:
@@ -188,14 +201,7 @@ def top_rows(model, rows: pd.DataFrame, k: int, trained: dict | None = None) -> 
     feats = static_features(rows)
     s = model_scores(model, rows, feats)
     order = np.lexsort((rows["config"].astype(str).to_numpy(), -s))
-    n = k
-    if trained is not None:
-        family = next(iter(trained))
-        cols = {c: pd.to_numeric(rows[c], errors="coerce").to_numpy(dtype=float)[order]
-                for c in trained[family]["values"] if c in rows}
-        n, _ = keep_untrained(family, cols, feats["elems_per_thread"].to_numpy(float)[order],
-                              np.arange(len(order)), k=k, cap=min(len(order), 4 * k),
-                              trained=trained)
+    n = k if trained is None else hook_kept(rows, feats, order, k, trained)
     return rows.iloc[order[:n]]
 
 
@@ -220,6 +226,8 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
     base = default_model(family=case.get("base_family", family), n_estimators=trees,
                          features=shipped_features(family)).fit(case["train"])
     feats = static_features(test)
+    train_ok = case["train"][case["train"]["status"] == "ok"]
+    trained = trained_from_rows(train_ok, family)  # what the base learned from
     margin = margin_for(Adaptive(), family)
     pool = case["pool"]
     workloads = sorted(pool["workload"].unique())
@@ -235,7 +243,7 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
                 if i in shapes or (i == len(order) and max(shapes) > i):
                     n_rows = int(sum(len(t) for t in taken))
                     rec = score_model(model, test, feats, margin,
-                                      trained=learned_values(case, taken))
+                                      trained=learned_values(trained, taken))
                     records.append({"family": family, "held_out": case["held_out"],
                                     "harvest": harvest, "method": method,
                                     "update": label, "seed": seed,
@@ -244,7 +252,7 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
                     break
                 rows = pool[pool["workload"] == order[i]]
                 taken.append(rows if harvest == "exhaustive" else
-                             top_rows(model, rows, 8, learned_values(case, taken)))
+                             top_rows(model, rows, 8, learned_values(trained, taken)))
                 if harvest == "top8" or i + 1 in shapes or i + 1 == len(order):
                     model = fit_update(base, pd.concat(taken, ignore_index=True),
                                        method=method, rounds=rounds, params=params)

@@ -38,6 +38,10 @@ cold() {  # deadline_s retime_s [run.py args...]
   timeout $((deadline + 30)) python3 -m experiments.cold_tune.run --out "$OUT/cold_tune" \
     --resume-from "$RAW" --deadline-s "$deadline" --retime-s "$retime" "$@" >>"$LOG" 2>&1
 }
+again() {  # deadline_s retime_s case shape_indices methods: run them anew, no cache pair
+  cold "$1" "$2" --cases "$3" --only-shapes "$4" --no-cache-pair --rerun --methods "$5"
+}
+PAIR="costtune.autotune:8,hook:8,exhaustive"  # cheap runs first, the reference last
 case "${STEP:-1}" in
   1)
     timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_forked.py \
@@ -53,42 +57,27 @@ case "${STEP:-1}" in
       --methods exhaustive ;;
   3)
     cold 40 0 --cases inductor_softmax --only-shapes 0 --methods ""
-    cold 280 30 --cases tutorial03_matmul --only-shapes 1 --no-cache-pair --rerun \
-      --methods "exhaustive,costtune.autotune:8,hook:8"
-    cold 250 20 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
-      --methods "exhaustive,costtune.autotune:8" ;;
+    again 280 30 tutorial03_matmul 1 "exhaustive,costtune.autotune:8,hook:8"
+    again 250 20 tutorial03_matmul 2 "exhaustive,costtune.autotune:8" ;;
   4)
-    cold 290 30 --cases tutorial03_matmul --only-shapes 1 --no-cache-pair --rerun \
-      --methods "exhaustive,costtune.autotune:8,hook:8,$REST"
-    cold 220 20 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
-      --methods "exhaustive,costtune.autotune:8,hook:8" ;;
+    again 290 30 tutorial03_matmul 1 "exhaustive,costtune.autotune:8,hook:8,$REST"
+    again 220 20 tutorial03_matmul 2 "exhaustive,costtune.autotune:8,hook:8" ;;
   5)
-    cold 300 30 --cases tutorial03_matmul --only-shapes 0 --no-cache-pair --rerun \
-      --methods "exhaustive,costtune.autotune:8,hook:8,$REST"
-    cold 80 15 --cases inductor_softmax --only-shapes 0 --no-cache-pair --rerun \
-      --methods "exhaustive,costtune.autotune:8,hook:8"
-    cold 110 15 --cases tutorial06_attention --only-shapes 0 --no-cache-pair --rerun \
-      --methods "exhaustive,costtune.autotune:8,hook:8" ;;
+    again 300 30 tutorial03_matmul 0 "exhaustive,costtune.autotune:8,hook:8,$REST"
+    again 80 15 inductor_softmax 0 "exhaustive,costtune.autotune:8,hook:8"
+    again 110 15 tutorial06_attention 0 "exhaustive,costtune.autotune:8,hook:8" ;;
   6)
-    cold 235 20 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
-      --methods "costtune.autotune:8,hook:8,exhaustive"
-    cold 235 20 --cases tutorial03_matmul --only-shapes 0 --no-cache-pair --rerun \
-      --methods "costtune.autotune:8,hook:8,exhaustive"
-    cold 75 12 --cases inductor_softmax --only-shapes 0 --no-cache-pair --rerun \
-      --methods "costtune.autotune:8,hook:8,exhaustive" ;;
+    again 235 20 tutorial03_matmul 2 "$PAIR"
+    again 235 20 tutorial03_matmul 0 "$PAIR"
+    again 75 12 inductor_softmax 0 "$PAIR" ;;
   7)
-    cold 232 12 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
-      --methods "costtune.autotune:8,exhaustive" ;;
+    again 232 12 tutorial03_matmul 2 "costtune.autotune:8,exhaustive" ;;
   8)
-    cold 285 15 --cases tutorial03_matmul --only-shapes 0 --no-cache-pair --rerun \
-      --methods "costtune.autotune:8,hook:8,exhaustive"
-    cold 285 15 --cases tutorial03_matmul --only-shapes 2 --no-cache-pair --rerun \
-      --methods "costtune.autotune:8,hook:8,exhaustive" ;;
+    again 285 15 tutorial03_matmul 0 "$PAIR"
+    again 285 15 tutorial03_matmul 2 "$PAIR" ;;
   9)
-    cold 150 20 --cases tutorial03_matmul --only-shapes 0,2 --no-cache-pair --rerun \
-      --methods "$REST"
-    cold 150 15 --cases tutorial06_attention --only-shapes 0 --no-cache-pair --rerun \
-      --methods "costtune.autotune:8,hook:8,exhaustive" ;;
+    again 150 20 tutorial03_matmul 0,2 "$REST"
+    again 150 15 tutorial06_attention 0 "$PAIR" ;;
 esac
 date -u >>"$LOG"
 tail -45 "$LOG"
