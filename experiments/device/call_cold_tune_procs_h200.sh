@@ -19,11 +19,11 @@
 #         2048x11008x4096: k=8 both ways beside exhaustive; the Inductor softmax likewise.
 # STEP=7: (call 3's exhaustive runs were cut by their deadlines) 512x8192x8192:
 #         costtune.autotune:8 beside exhaustive, with the deadline they need.
-# STEP=8: (next) same-call pairs at the current models for the two shapes calls 3-4 missed:
-#         2048x11008x4096 and 512x8192x8192, k=8 both ways then exhaustive (~235 s each).
-# STEP=9: (next) k = 1, 4, 16 both ways on 2048x11008x4096 and 512x8192x8192 (their ratios
-#         against STEP=8's exhaustive count only if run in the same call: they are context),
-#         and the tutorial-06 attention: exhaustive beside k=8 both ways.
+# STEP=8: (twelfth session) 2048x11008x4096: every costtune method (k = 1, 4, 8, 16; plain
+#         hook and costtune.autotune) then exhaustive, one shape per call (~300 s: each fresh
+#         process is 6-9 s, exhaustive 190-217 s).
+# STEP=9: the same for 512x8192x8192.
+# STEP=10: the tutorial-06 attention (first shape): exhaustive beside k=8 both ways.
 # Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
@@ -73,10 +73,10 @@ case "${STEP:-1}" in
   7)
     again 232 12 tutorial03_matmul 2 "costtune.autotune:8,exhaustive" ;;
   8)
-    again 285 15 tutorial03_matmul 0 "$PAIR"
-    again 285 15 tutorial03_matmul 2 "$PAIR" ;;
+    again 345 15 tutorial03_matmul 0 "costtune.autotune:8,hook:8,$REST,exhaustive" ;;
   9)
-    again 150 20 tutorial03_matmul 0,2 "$REST"
+    again 345 15 tutorial03_matmul 2 "costtune.autotune:8,hook:8,$REST,exhaustive" ;;
+  10)
     again 150 15 tutorial06_attention 0 "$PAIR" ;;
 esac
 date -u >>"$LOG"
