@@ -24,6 +24,8 @@
 #         process is 6-9 s, exhaustive 190-217 s).
 # STEP=9: the same for 512x8192x8192.
 # STEP=10: the tutorial-06 attention (first shape): exhaustive beside k=8 both ways.
+# STEP=11: 4096^3's missing hook k = 1/4/16 beside costtune.autotune:8 and exhaustive (all in
+#         one call), then STEP=10's attention pair.
 # Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
@@ -77,6 +79,9 @@ case "${STEP:-1}" in
   9)
     again 345 15 tutorial03_matmul 2 "costtune.autotune:8,hook:8,$REST,exhaustive" ;;
   10)
+    again 150 15 tutorial06_attention 0 "$PAIR" ;;
+  11)
+    again 300 15 tutorial03_matmul 1 "hook:1,hook:4,hook:16,costtune.autotune:8,exhaustive"
     again 150 15 tutorial06_attention 0 "$PAIR" ;;
 esac
 date -u >>"$LOG"
