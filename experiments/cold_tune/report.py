@@ -41,17 +41,24 @@ def _call(record: dict[str, Any]) -> str:
 
 def table(raw: Path) -> pd.DataFrame:
     runs = [r for r in _load(raw / "runs.jsonl") if r.get("status") == "ok"]
-    retimed: dict[tuple, dict[str, float]] = {}
-    for r in _load(raw / "retimes.jsonl"):  # the latest re-timing of a shape wins
+    retimed: dict[tuple, list[dict[str, float]]] = {}
+    for r in _load(raw / "retimes.jsonl"):
         if r.get("status") == "ok":
-            retimed[(r["case"], r["shape_index"])] = r["ms"]
+            retimed.setdefault((r["case"], r["shape_index"]), []).append(r["ms"])
     latest: dict[tuple, dict[str, Any]] = {}
+    exhaustive: dict[tuple, dict[str, Any]] = {}  # (case, shape, call) -> that call's latest
     for r in runs:
         latest[(r["case"], r["shape_index"], r["method"])] = r
+        if r["method"] == "exhaustive":
+            exhaustive[(r["case"], r["shape_index"], _call(r))] = r
     rows = []
     for (case, i, method), r in latest.items():
-        ex = latest.get((case, i, "exhaustive"))
-        ms = retimed.get((case, i), {})
+        # The reference is the exhaustive timed in the same device call, else the latest one.
+        ex = (exhaustive.get((case, i, _call(r)))
+              or latest.get((case, i, "exhaustive")))
+        # Both picks from one re-timing process: the latest that holds both.
+        ms = next((m for m in reversed(retimed.get((case, i), []))
+                   if r["chosen"] in m and (not ex or ex["chosen"] in m)), {})
         pick, ex_pick = ms.get(r["chosen"]), ms.get(ex["chosen"]) if ex else None
         rows.append({
             "case": case, "family": CASES[case].family,
@@ -164,13 +171,14 @@ def write(df: pd.DataFrame, raw: Path, out: Path) -> Path:
              "configs compile in forked processes (costtune's default on Linux), `@threads` "
              "in threads. No `family=` or other mapping given: costtune reads the kernels "
              "as they are.",
-             "- `speedup_vs_exhaustive`: the shape's latest exhaustive first call / this one; "
+             "- `speedup_vs_exhaustive`: the exhaustive first call of the same device call "
+             "(else the shape's latest) / this one; "
              "`same_call`: both timed in one device call (first calls drift 10-20% between "
              "calls: exhaustive 4096^3 read 224.3 s in one call and 188.3 s in another). "
              "Only same-call ratios count toward the goals.",
-             "- `quality_vs_exhaustive`: exhaustive's pick / this pick, every pick of a shape "
-             "re-timed side by side in one process (CUDA-graph replay, L2 flushed, 5 "
-             "interleaved passes of 20 replays, median).",
+             "- `quality_vs_exhaustive`: exhaustive's pick / this pick, re-timed side by side in "
+             "one process (the latest re-timing that holds both; CUDA-graph replay, L2 "
+             "flushed, 5 interleaved passes of 20 replays, median).",
              "- Phases of the first call (s): model (waiting for / loading the cost model), "
              "rank (the rest of pruning), compile (parallel precompile + compiles inside "
              "Triton's benchmark loop), bench (do_bench less those compiles), launch (the "
