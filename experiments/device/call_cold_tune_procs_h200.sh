@@ -26,6 +26,8 @@
 # STEP=10: the tutorial-06 attention (first shape): exhaustive beside k=8 both ways.
 # STEP=11: 4096^3's missing hook k = 1/4/16 beside costtune.autotune:8 and exhaustive (all in
 #         one call), then STEP=10's attention pair.
+# STEP=12: softmax and attention the same way as GEMM: both shapes of each, every costtune
+#         method (k = 1/4/8/16, hook and costtune.autotune) then exhaustive, in one call.
 # Resumes from experiments/results/raw/cold_tune; writes $OUT/cold_tune/*.jsonl, $OUT/call.log.
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
@@ -83,6 +85,9 @@ case "${STEP:-1}" in
   11)
     again 300 15 tutorial03_matmul 1 "hook:1,hook:4,hook:16,costtune.autotune:8,exhaustive"
     again 150 15 tutorial06_attention 0 "$PAIR" ;;
+  12)
+    again 230 20 inductor_softmax 0,1 "costtune.autotune:8,hook:8,$REST,exhaustive"
+    again 230 20 tutorial06_attention 0,1 "costtune.autotune:8,hook:8,$REST,exhaustive" ;;
 esac
 date -u >>"$LOG"
 tail -45 "$LOG"
