@@ -86,8 +86,8 @@ case "${STEP:-1}" in
     again 300 15 tutorial03_matmul 1 "hook:1,hook:4,hook:16,costtune.autotune:8,exhaustive"
     again 150 15 tutorial06_attention 0 "$PAIR" ;;
   12)
-    again 230 20 inductor_softmax 0,1 "costtune.autotune:8,hook:8,$REST,exhaustive"
-    again 230 20 tutorial06_attention 0,1 "costtune.autotune:8,hook:8,$REST,exhaustive" ;;
+    again 200 20 inductor_softmax 0,1 "costtune.autotune:8,hook:8,$REST,exhaustive"
+    again 200 20 tutorial06_attention 0,1 "costtune.autotune:8,hook:8,$REST,exhaustive" ;;
 esac
 date -u >>"$LOG"
 tail -45 "$LOG"
