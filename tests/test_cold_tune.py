@@ -121,6 +121,7 @@ def test_report_compares_a_run_with_the_exhaustive_of_its_own_call(tmp_path):
         {"case": m, "shape_index": 0, "status": "ok", **r}) + "\n" for r in retimes))
     df = report.table(tmp_path).set_index("method")
     assert df.loc["hook:8", "speedup_vs_exhaustive"] == pytest.approx(100.0)
+    assert df.loc["hook:8", "exhaustive_s"] == 200.0  # its own call's, not the latest
     assert df.loc["hook:8", "quality_vs_exhaustive"] == pytest.approx(1.0)
     assert df.loc["costtune.autotune:8", "speedup_vs_exhaustive"] == pytest.approx(100.0)
     assert df.loc["costtune.autotune:8", "quality_vs_exhaustive"] == pytest.approx(0.29 / 0.30)

@@ -65,6 +65,7 @@ def table(raw: Path) -> pd.DataFrame:
             "shape": shape_text(CASES[case].shapes[i]), "method": method,
             "first_call_s": r["first_call_s"],
             "speedup_vs_exhaustive": ex["first_call_s"] / r["first_call_s"] if ex else math.nan,
+            "exhaustive_s": ex["first_call_s"] if ex else math.nan,  # the reference used
             # First-call times drift 10-20% between device calls, so only same-call ratios
             # count for goals. A call is its COSTTUNE_CALL id; records made before that id
             # existed had one call per commit.
