@@ -158,7 +158,7 @@ def write(df: pd.DataFrame, raw: Path, out: Path) -> Path:
     env = next((r["env"] for r in _load(raw / "runs.jsonl") if r.get("env")), {})
     lines = ["# Cold tuning: costtune vs exhaustive triton.autotune, kernels never trained on",
              "", "- Command: `PYTHONPATH=. python3 -m experiments.cold_tune.run` on the device "
-             "(`experiments/device/call_cold_tune_procs_h200.sh`, STEP=1-9; the commits below "
+             "(`experiments/device/call_cold_tune_procs_h200.sh`, STEP=1-12; the commits below "
              "are of the calls' code), then `python3 -m experiments.cold_tune.report`",
              f"- GPU {env.get('gpu')}; torch {env.get('torch')}, triton {env.get('triton')}, "
              f"{env.get('cpus')} CPUs; runs at " + ", ".join(f"{c} ({d})" for c, d in envs),
