@@ -28,6 +28,7 @@ held-out-implementation figure. Writes experiments/results/learning_curve.{md,cs
 
     python -m experiments.learning_curve [--seeds 3] [--shapes 0 1 2 4 8] [--method residual]
         [--updates auto 20:0.05:4 50:0.1:6]   # trees added per update
+        [--ceiling]   # also models refitted on all of the held-out kernel's train shapes
 """
 
 from __future__ import annotations
@@ -259,11 +260,39 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
     return records
 
 
+def ceiling(case: dict, *, trees: int) -> list[dict]:
+    """How far data alone goes: models refitted from scratch (shipped defaults and feature
+    set) on ALL of the held-out implementation's train-suite rows - alone (``own rows``) and
+    with the other implementations' (``every implementation``) - scored on its test suite.
+    Not what ``learn=True`` does (the user's machine has no base training rows); the bound a
+    harvest could reach with this model class."""
+    family, test = case["family"], case["test"].reset_index(drop=True)
+    if case["pool"].empty or test.empty:
+        return []
+    feats = static_features(test)
+    n = int(case["pool"]["workload"].nunique())
+    records = []
+    for label, rows in (("own rows", case["pool"]),
+                        ("every implementation", pd.concat([case["train"], case["pool"]]))):
+        model = default_model(family=case.get("base_family", family), n_estimators=trees,
+                              features=shipped_features(family)).fit(rows)
+        s = model_scores(model, test, feats)
+        table = topk_table(test, rankings_from_scores(test, s), ks=KS)
+        records.append({"family": family, "held_out": case["held_out"], "harvest": "all",
+                        "method": f"refit: {label}", "update": "refit", "seed": 0,
+                        "n_shapes": n, "n_harvest_rows": len(case["pool"]),
+                        **topk_scores(table, ks=KS, worst=(8,))})
+    return records
+
+
 def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
            seconds: float) -> list[str]:
     cols = ["top1", "top4", "top8", "worst8", "adaptive_score", "adaptive_configs",
             "tuned_top1", "tuned_configs1", "tuned_top4", "tuned_configs4", "tuned_top8",
             "tuned_configs8"]
+    refit = table["update"] == "refit"
+    bound, table = table[refit], table[~refit]
+    cols = [c for c in cols if c in table]
     mean = (table.groupby(["family", "held_out", "harvest", "method", "update",
                            "n_shapes"])[cols]
             .mean().reset_index())
@@ -303,6 +332,14 @@ def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
              f"- Runtime {seconds:.0f} s on this machine.", "",
              "## Goal at N = 2 (continued training)", "", *goal, "",
              "## Mean over seeds", "", harness.md_table(mean, floatfmt=".4f"), ""]
+    if not bound.empty:
+        lines += ["## Ceiling: refitted on all of the held-out kernel's train shapes", "",
+                  "`--ceiling`: models refitted from scratch on every train-suite shape of the "
+                  "held-out implementation (`own rows`), or on those and the other "
+                  "implementations' (`every implementation`), scored on its test suite: what "
+                  "a harvest of that size could reach with this model class.", "",
+                  harness.md_table(bound[["family", "held_out", "method", "n_shapes", "top1",
+                                          "top4", "top8", "worst8"]], floatfmt=".4f"), ""]
     if fallback:
         lines.insert(2, "**FALLBACK: the dataset has one implementation per family, so these "
                      "are held-out-dtype and held-out-family figures, not held-out-implementation "
@@ -322,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="trees added per update: auto (what costtune.model.learned "
                          "does: light or full by the base's top-1 on the harvest) or "
                          "rounds:eta:depth")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="also refit on all of each held-out kernel's train shapes (a bound)")
     ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     ap.add_argument("--out", type=Path, default=None, help="results folder")
     args = ap.parse_args(argv)
@@ -337,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         records += curve(case, seeds=args.seeds, shapes=sorted(set(args.shapes)),
                          methods=["continue", *args.method], trees=args.trees,
                          updates=[parse_update(u) for u in args.updates])
+        if args.ceiling:
+            records += ceiling(case, trees=args.trees)
     if not records:
         print("nothing to score: no case has train, harvest and test rows")
         return 3

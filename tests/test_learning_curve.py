@@ -1,0 +1,52 @@
+"""The learning-curve experiment's ceiling rows (experiments/learning_curve.py --ceiling):
+models refitted on all of a held-out kernel's train shapes, reported apart from the curve."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import costtune
+from experiments import harness
+from experiments import learning_curve as lc
+
+
+@pytest.fixture(scope="module")
+def case():
+    """Held-out softmax_onepass, cut small: 6 other-implementation train workloads, 3 of its
+    own train workloads (the harvest pool), 2 of its test workloads."""
+    df = lc.with_implementation(costtune.load_dataset(harness.DATASET, kernel="softmax"))
+    found, protocol = lc.cases(df)
+    assert protocol == "held-out implementation"
+    c = next(c for c in found if c["held_out"] == "softmax_onepass")
+
+    def first(rows: pd.DataFrame, n: int) -> pd.DataFrame:
+        return rows[rows["workload"].isin(sorted(rows["workload"].unique())[:n])]
+
+    return {**c, "train": first(c["train"], 6), "pool": first(c["pool"], 3),
+            "test": first(c["test"], 2)}
+
+
+def test_ceiling_refits_on_the_whole_pool_and_is_reported_apart(case):
+    records = lc.ceiling(case, trees=5)
+    assert [r["method"] for r in records] == ["refit: own rows", "refit: every implementation"]
+    for r in records:
+        assert r["n_shapes"] == 3 and r["n_harvest_rows"] == len(case["pool"])
+        assert r["held_out"] == "softmax_onepass" and r["update"] == "refit"
+        assert 0 < r["top1"] <= r["top4"] <= r["top8"] <= 1.0
+    curve = {"family": "softmax", "held_out": "softmax_onepass", "harvest": "exhaustive",
+             "method": "continue", "update": "auto", "seed": 0, "n_shapes": 2, "top1": 0.5,
+             "top4": 0.9, "top8": 1.0, "worst8": 0.8}
+    lines = lc.report(pd.DataFrame([curve, *records]), "held-out implementation",
+                      n_rows=1, seeds=1, seconds=1.0)
+    text = "\n".join(lines)
+    goal = [line for line in lines if line.startswith("- softmax / softmax_onepass")]
+    assert len(goal) == 1 and "top1 0.500" in goal[0]  # the refit rows are no curve point
+    mean = text.split("## Mean over seeds")[1].split("## Ceiling")[0]
+    assert "refit" not in mean
+    bound = text.split("## Ceiling")[1]
+    assert "refit: own rows" in bound and "refit: every implementation" in bound
+
+
+def test_no_ceiling_without_a_pool(case):
+    assert lc.ceiling({**case, "pool": case["pool"].iloc[:0]}, trees=5) == []
