@@ -116,10 +116,7 @@ def score_model(model, test: pd.DataFrame, feats: pd.DataFrame, margin: float, *
     """Fixed top-k scores and the adaptive budget's score and configs, on the test rows;
     with ``trained`` (the values the model learned from) also the top-k as the hook keeps it
     (``tuned_top{k}``, ``tuned_configs{k}``)."""
-    s = model_scores(model, test, feats)
-    rankings = rankings_from_scores(test, s)
-    table = topk_table(test, rankings, ks=KS)
-    out = topk_scores(table, ks=KS, worst=(8,))
+    s, rankings, out = ranked(model, test, feats)
     if trained is not None:
         out.update(tuned_scores(test, feats, rankings, trained))
     adaptive = replay_table(test.assign(kernel=test["kernel"].astype(str)), s,
@@ -127,6 +124,13 @@ def score_model(model, test: pd.DataFrame, feats: pd.DataFrame, margin: float, *
     out.update(adaptive_score=float(adaptive["score"]),
                adaptive_configs=float(adaptive["mean_configs"]), adaptive_margin=margin)
     return out
+
+
+def ranked(model, test: pd.DataFrame, feats: pd.DataFrame) -> tuple[np.ndarray, dict, dict]:
+    """``model``'s scores of ``test``, the rankings they give and their top-k scores."""
+    s = model_scores(model, test, feats)
+    rankings = rankings_from_scores(test, s)
+    return s, rankings, topk_scores(topk_table(test, rankings, ks=KS), ks=KS, worst=(8,))
 
 
 def model_scores(model, rows: pd.DataFrame, feats: pd.DataFrame) -> np.ndarray:
@@ -276,12 +280,10 @@ def ceiling(case: dict, *, trees: int) -> list[dict]:
                         ("every implementation", pd.concat([case["train"], case["pool"]]))):
         model = default_model(family=case.get("base_family", family), n_estimators=trees,
                               features=shipped_features(family)).fit(rows)
-        s = model_scores(model, test, feats)
-        table = topk_table(test, rankings_from_scores(test, s), ks=KS)
         records.append({"family": family, "held_out": case["held_out"], "harvest": "all",
                         "method": f"refit: {label}", "update": "refit", "seed": 0,
                         "n_shapes": n, "n_harvest_rows": len(case["pool"]),
-                        **topk_scores(table, ks=KS, worst=(8,))})
+                        **ranked(model, test, feats)[2]})
     return records
 
 

@@ -40,6 +40,7 @@ def main() -> None:
         a, b = inputs["a"], inputs["b"]
         ref = a @ b
         cublas = graph_bench(lambda a=a, b=b: a @ b)
+        ok = []
         for c in configs():
             rec = {"shape": f"{m}x{n}x{k}", **c, "cublas_ms": cublas, **env}
             try:
@@ -55,19 +56,19 @@ def main() -> None:
                     rec["ms"] = graph_bench(call.run)
                     rec["vs_cublas"] = cublas / rec["ms"]
                     rec["status"] = "ok"
+                    ok.append(rec)
             except Exception as e:  # failures are data
                 rec["status"] = type(e).__name__
                 rec["error"] = str(e)[-300:]
             with open(out, "a") as f:
                 f.write(json.dumps(rec) + "\n")
-        rows = [json.loads(line) for line in open(out)]
-        ok = [r for r in rows if r["shape"] == f"{m}x{n}x{k}" and r.get("status") == "ok"]
         best = max(ok, key=lambda r: r["vs_cublas"], default=None)
         print(f"{m}x{n}x{k}: cuBLAS {cublas:.4f} ms; ok {len(ok)}; best "
               + ("none" if best is None else f"{best['vs_cublas']:.3f}x " + " ".join(
                   f"{x}={best[x]}" for x in ("BLOCK_M", "BLOCK_N", "WARP_SPECIALIZE",
                                              "EPILOGUE_SUBTILE", "num_warps", "num_stages"))),
               flush=True)
+
 
 if __name__ == "__main__":
     main()
