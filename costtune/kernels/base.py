@@ -28,7 +28,7 @@ FAMILIES = ("gemm", "softmax", "attention")
 # FLOP/byte counts are the family's; kernel, grid, launches and config space are its own). The
 # first is the family's original kernel, whose module is the family module itself.
 IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
-    "gemm": ("gemm", "gemm_tutorial", "gemm_tma", "gemm_tma_device"),
+    "gemm": ("gemm", "gemm_tutorial", "gemm_tma", "gemm_tma_device", "gemm_streamk"),
     "softmax": ("softmax", "softmax_onepass", "softmax_multirow"),
     "attention": ("attention", "attention_tma"),
 }

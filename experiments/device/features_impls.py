@@ -1,7 +1,8 @@
 """Compiled and IR features for the implementations added to datasets/h200 (issue 18), computed
 on the device host's CPUs (AOT compiles for sm_90; the GPU is not used), packed as they finish.
 
-    PYTHONPATH=. python3 experiments/device/features_impls.py --out $OUT --workers 16
+    PYTHONPATH=. python3 experiments/device/features_impls.py --out $OUT --workers 16 \
+        [--impls gemm_streamk] [--dataset .device/store]
 
 Stages, smallest first, each written to /tmp/costtune_features and packed into
 ``$OUT/features.tar`` when done (a call cut short keeps the finished ones): per new
@@ -22,7 +23,7 @@ from experiments import harness
 
 WORK = Path("/tmp/costtune_features")
 ORDER = ("softmax_onepass", "softmax_multirow", "attention_tma", "gemm_tma", "gemm_tma_device",
-         "gemm_tutorial")
+         "gemm_tutorial", "gemm_streamk")
 
 
 def pack(out: Path) -> None:
@@ -38,13 +39,18 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--dataset", type=Path, default=harness.DATASET)
+    ap.add_argument("--impls", nargs="+", default=None,
+                    help="only these implementations (default: ORDER, then the original "
+                         "GEMM's IR table)")
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     data = harness.load_dataset(args.dataset)
     t0 = time.perf_counter()
-    stages = [(f"compiled_{i}", i, True) for i in ORDER] + [(f"ir_{i}", i, False) for i in ORDER]
-    stages.append(("ir_gemm", "gemm", False))
+    impls = args.impls or ORDER
+    stages = [(f"compiled_{i}", i, True) for i in impls] + [(f"ir_{i}", i, False) for i in impls]
+    if args.impls is None:
+        stages.append(("ir_gemm", "gemm", False))
     for name, impl, full in stages:
         rows = data[data["implementation"] == impl]
         start = time.perf_counter()
