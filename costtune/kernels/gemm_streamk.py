@@ -1,16 +1,25 @@
-"""GEMM, stream-K: a persistent TMA kernel whose last partial wave is split along K.
+"""GEMM, stream-K: a persistent TMA kernel that splits its last partial wave along K.
 
 The family's problems, inputs and reference (costtune.kernels.gemm), computed like gemm_tma
 (persistent programs over host TMA descriptors, grouped tile order with GROUP_SIZE_M = 8,
 optional half-width epilogue stores) with one difference, aimed at wave quantization: with
 T output tiles on S SMs, the first T - T % S tiles run data-parallel (whole tiles, S at a time)
-and the remaining T % S tiles are shared out as K iterations ("stream-K", Osama et al., PPoPP
-2023), an equal run of (tile, K block) iterations per program. A program that covers only part
-of a tile adds its fp32 partial sum to a per-tile workspace with atomics, then adds its K
-iterations to the tile's counter; the program that completes the count reads the sum, zeroes it and
-the counter and stores C. No program ever waits for another, and
-the workspace is left zeroed for the next launch (CUDA-graph replay reuses it). With fewer tiles
-than SMs every tile is shared out: K split over the whole GPU.
+and the remaining T % S tiles may be shared out as K iterations ("stream-K", Osama et al.,
+PPoPP 2023), an equal run of (tile, K block) iterations per program. A program that covers only
+part of a tile adds its fp32 partial sum to a per-tile workspace with atomics, then adds its K
+iterations to the tile's counter; the program that completes the count reads the sum, zeroes it
+and the counter and stores C. No program ever waits for another, and the workspace is left
+zeroed for the next launch (CUDA-graph replay reuses it).
+
+Whether the remainder is shared out is decided at launch from the problem and the tile
+(``split_work``): only when it cuts the K iterations the busiest SM runs by SK_GAIN (x1.2) with
+at least a full wave of tiles, or by SK_GAIN_FEW_TILES (x3) with fewer tiles than SMs (K split
+over the whole GPU); else every tile runs data-parallel. The atomics cost: measured on the H200
+with every remainder shared out, gemm_tma's config beat this kernel's on 4096^3 (remainder
+116 of 132 SMs) by 12%, while a small remainder (5120^3 with 128 x 256 tiles: 8 tiles) or few
+tiles on a long K (256 x 512 x 32768) won by 7% and 2x. The two gains are the pair that did
+best on the train suite's shapes in those measurements (experiments/NOTES.md, thirteenth
+session); they forgo the first of these wins (its gain is 1.16).
 
 On 1024 x 5120 x 5120 with 128 x 256 tiles (160 tiles, 132 SMs) a data-parallel kernel runs two
 waves of 80 K iterations; this one runs 80 + 17.
@@ -43,8 +52,8 @@ from costtune.types import Config
 NAME = "gemm_streamk"
 FAMILY = "gemm"
 DESCRIPTION = ("Persistent grid over host TMA descriptors: full waves of output tiles run "
-               "data-parallel, the last partial wave is split along K over every SM "
-               "(stream-K: fp32 partial sums combined with atomics), optional half-width "
+               "data-parallel, the last partial wave is split along K over every SM when that "
+               "pays (stream-K: fp32 partial sums combined with atomics), optional half-width "
                "epilogue stores.")
 
 PROBLEM_KEYS = _family.PROBLEM_KEYS
@@ -63,6 +72,10 @@ MAX_ACC_REGS = _family.MAX_ACC_REGS
 # A program shares out at least this many K iterations: a tile is never split into runs so
 # short that the workspace atomics cost more than the loads they spread.
 MIN_SK_ITERS = 4
+# Share the remainder out only when the busiest SM's K iterations fall by this factor (with at
+# least a full wave of tiles), or by the second one with fewer tiles than SMs.
+SK_GAIN = 1.2
+SK_GAIN_FEW_TILES = 3.0
 
 # TMA's 16-byte aligned strides: the same shapes as gemm_tma (K and N multiples of 8).
 TRAIN_SHAPES = _host.TRAIN_SHAPES
@@ -103,7 +116,7 @@ def _streamk_kernel(a_desc, b_desc, c_desc, work_ptr, count_ptr, M, N, K, dp_til
     tiles_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     band_size = GROUP * tiles_n
-    # Data-parallel part: whole tiles, NUM_SMS at a time (dp_tiles is a multiple of NUM_SMS).
+    # Data-parallel part: whole tiles, NUM_SMS at a time (all of them when none is shared out).
     # The epilogue's tile comes from its own counter so the flattened loop can run the next
     # tile's loads ahead of it (as gemm_tma).
     store_tile = first - NUM_SMS
@@ -122,8 +135,8 @@ def _streamk_kernel(a_desc, b_desc, c_desc, work_ptr, count_ptr, M, N, K, dp_til
         store_tile += NUM_SMS
         tm, tn = _tile_of(store_tile, band_size, tiles_m, GROUP)
         _store_c(c_desc, acc, tm * BLOCK_M, tn * BLOCK_N, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
-    # Stream-K part: this program's run of sk_iters (tile, K block) iterations over the
-    # remaining tiles, which may end one tile and start the next.
+    # Stream-K part (empty unless split_work shares tiles out): this program's run of sk_iters
+    # (tile, K block) iterations over the remaining tiles; it may end one tile, start the next.
     sk_total = (tiles_m * tiles_n - dp_tiles) * k_tiles
     it = first * sk_iters
     end = tl.minimum(it + sk_iters, sk_total)
@@ -163,23 +176,30 @@ def _streamk_kernel(a_desc, b_desc, c_desc, work_ptr, count_ptr, M, N, K, dp_til
 
 def split_work(problem: dict[str, int], config: Config | dict[str, Any], *,
                num_sms: int = NUM_SMS) -> dict[str, int]:
-    """How the launch shares the work: output tiles, the data-parallel ones (a multiple of
-    ``num_sms``), the stream-K ones (the rest), how many programs share those out and how many
-    (tile, K block) iterations each program takes (at least MIN_SK_ITERS)."""
+    """How the launch shares the work: output tiles, the data-parallel ones, the stream-K ones
+    (the last T % S tiles when sharing them out pays, see the module doc; else none), how many
+    programs share those out and how many (tile, K block) iterations each takes (at least
+    MIN_SK_ITERS)."""
     m, n, k = _family._sizes(problem)
     c = config.as_dict() if isinstance(config, Config) else dict(config)
     tiles = triton.cdiv(m, c["BLOCK_M"]) * triton.cdiv(n, c["BLOCK_N"])
-    sk_tiles = tiles % num_sms
-    total = sk_tiles * triton.cdiv(k, c["BLOCK_K"])
+    k_tiles = triton.cdiv(k, c["BLOCK_K"])
+    waves, rem = divmod(tiles, num_sms)
+    data_parallel = (waves + (rem > 0)) * k_tiles  # the busiest SM's K iterations, each way
+    shared = waves * k_tiles + triton.cdiv(rem * k_tiles, num_sms)
+    gain = SK_GAIN if waves else SK_GAIN_FEW_TILES
+    sk_tiles = rem if rem and data_parallel >= gain * shared else 0
+    total = sk_tiles * k_tiles
     programs = min(num_sms, triton.cdiv(total, MIN_SK_ITERS))
     return {"tiles": tiles, "dp_tiles": tiles - sk_tiles, "sk_tiles": sk_tiles,
             "sk_programs": programs, "sk_iters": triton.cdiv(total, programs) if total else 0}
 
 
 def grid(problem: dict[str, int], config: Config | dict[str, Any]) -> tuple[int]:
-    """(#SMs,) when any tile runs data-parallel, else (the programs that share out K,)."""
+    """The persistent grid: min(#SMs, tiles) programs, or, when every tile is shared out
+    (fewer tiles than SMs), the programs that share out K."""
     w = split_work(problem, _config_values(config))
-    return (NUM_SMS if w["dp_tiles"] else w["sk_programs"],)
+    return (min(NUM_SMS, w["dp_tiles"]) if w["dp_tiles"] else w["sk_programs"],)
 
 
 def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> dict[str, int]:
