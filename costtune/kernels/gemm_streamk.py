@@ -211,8 +211,9 @@ def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> 
 def kernel_calls(inputs: dict[str, torch.Tensor],
                  config: Config | dict[str, Any]) -> list[KernelCall]:
     """The single launch ``launch`` makes: descriptors over A, B and a fresh C (block shapes
-    from the config), a zeroed fp32 workspace of one tile per stream-K tile and its int32
-    counters (the kernel leaves both zeroed, so the call can be replayed)."""
+    from the config), and the device's zeroed fp32 workspace (one tile per stream-K tile) and
+    int32 counters from ``workspace`` (the kernel leaves both zeroed, so the call can be
+    replayed)."""
     a, b = _family._check_inputs(inputs)
     c = _config_values(config)
     _host._check_tma(a, b)
@@ -222,9 +223,7 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
     w = split_work(problem, c)
     out = torch.empty((m, n), dtype=a.dtype, device=a.device)
     bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
-    slots = max(w["sk_tiles"], 1)
-    work = torch.zeros(slots * bm * bn, dtype=torch.float32, device=a.device)
-    count = torch.zeros(slots, dtype=torch.int32, device=a.device)
+    work, count = workspace(a.device, max(w["sk_tiles"], 1) * bm * bn, max(w["sk_tiles"], 1))
     c_cols = bn // 2 if c["EPILOGUE_SUBTILE"] else bn
     descs = (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
              TensorDescriptor.from_tensor(out, [bm, c_cols]))
@@ -237,6 +236,27 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
                 "UPCAST_DOT": _interpreted() and a.dtype == torch.bfloat16},
         num_warps=c["num_warps"], num_stages=c["num_stages"])
     return [call]
+
+
+_WORKSPACE: dict[tuple[str, int | None], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def workspace(device: torch.device, floats: int, counters: int) -> tuple[torch.Tensor,
+                                                                         torch.Tensor]:
+    """Zeroed fp32 partial sums and int32 counters of at least these sizes, kept per device
+    and reused by every launch (each launch leaves them zeroed), as a BLAS library keeps its
+    workspace: no memset per launch. Launches that share a device must not overlap in time
+    (one stream), as for any library workspace. Grown outside CUDA-graph capture only; a
+    capture that needs more gets buffers of its own (zeroed in the graph)."""
+    key = (device.type, device.index)
+    work, count = _WORKSPACE.get(key, (None, None))
+    if work is not None and work.numel() >= floats and count.numel() >= counters:
+        return work, count
+    work = torch.zeros(floats, dtype=torch.float32, device=device)
+    count = torch.zeros(counters, dtype=torch.int32, device=device)
+    if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+        _WORKSPACE[key] = (work, count)
+    return work, count
 
 
 def launch(inputs: dict[str, torch.Tensor], config: Config | dict[str, Any]) -> torch.Tensor:
