@@ -122,8 +122,20 @@ def test_kernel_calls_set_descriptors_and_split():
     assert call.kwargs["GROUP"] == 8 and call.kwargs["NUM_SMS"] == H200.num_sms
 
 
-def test_implied_params():
+def test_implied_params_name_the_k_split_of_a_shared_out_problem():
     assert sk.implied_params(SMALL, cfg()) == {"SPLIT_K": 1, "GROUP_SIZE_M": 8}
+    # 32 tiles, 256 K blocks, 63 a program: each tile in about 4 runs, like SPLIT_K=4.
+    long_k = {"M": 256, "N": 512, "K": 32768}
+    assert sk.implied_params(long_k, cfg(bk=128)) == {"SPLIT_K": 4, "GROUP_SIZE_M": 8}
+    # A shared-out remainder after full waves: the bulk runs whole tiles.
+    assert sk.implied_params({"M": 1024, "N": 5120, "K": 5120},
+                             cfg(bm=128, bn=256))["SPLIT_K"] == 1
+    from costtune.features.static import static_features
+    row = {"kernel": "gemm", "implementation": "gemm_streamk", "dtype": "float16", **long_k,
+           "config": "BLOCK_M=64,BLOCK_N=64,BLOCK_K=128,EPILOGUE_SUBTILE=0,num_warps=4,"
+                     "num_stages=3"}
+    f = static_features([row]).iloc[0]
+    assert f["log2_SPLIT_K"] == 2 and f["num_programs"] == 128 and f["loop_trips"] == 64
 
 
 @pytest.mark.parametrize("inputs,match", [

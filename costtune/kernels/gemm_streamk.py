@@ -203,9 +203,16 @@ def grid(problem: dict[str, int], config: Config | dict[str, Any]) -> tuple[int]
 
 
 def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> dict[str, int]:
-    """No split-K parameter (SPLIT_K 1: the K split is decided per launch, not tuned) and the
-    fixed GROUP_SIZE_M of 8."""
-    return {"SPLIT_K": 1, "GROUP_SIZE_M": GROUP_SIZE_M}
+    """The family's parameters this launch fixes: GROUP_SIZE_M 8, and SPLIT_K the number of
+    K runs a tile is split into when every tile is shared out (fewer tiles than SMs: the
+    whole problem split along K, as the original kernel's split-K does), else 1 (the bulk of
+    the tiles runs whole; a shared-out remainder is not a split of the problem)."""
+    w = split_work(problem, _config_values(config))
+    split = 1
+    if w["sk_tiles"] and not w["dp_tiles"]:
+        k_tiles = triton.cdiv(_family._sizes(problem)[2], _config_values(config)["BLOCK_K"])
+        split = max(1, round(k_tiles / w["sk_iters"]))
+    return {"SPLIT_K": split, "GROUP_SIZE_M": GROUP_SIZE_M}
 
 
 def kernel_calls(inputs: dict[str, torch.Tensor],
