@@ -127,6 +127,9 @@ def test_implied_params_name_the_k_split_of_a_shared_out_problem():
     # 32 tiles, 256 K blocks, 63 a program: each tile in about 4 runs, like SPLIT_K=4.
     long_k = {"M": 256, "N": 512, "K": 32768}
     assert sk.implied_params(long_k, cfg(bk=128)) == {"SPLIT_K": 4, "GROUP_SIZE_M": 8}
+    # Rows whose family parameters are already filled in (search replay) are read too.
+    filled = {**cfg(bk=128), "SPLIT_K": 1.0, "GROUP_SIZE_M": 8.0}
+    assert sk.implied_params(long_k, filled)["SPLIT_K"] == 4
     # A shared-out remainder after full waves: the bulk runs whole tiles.
     assert sk.implied_params({"M": 1024, "N": 5120, "K": 5120},
                              cfg(bm=128, bn=256))["SPLIT_K"] == 1

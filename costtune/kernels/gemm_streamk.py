@@ -207,10 +207,13 @@ def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> 
     K runs a tile is split into when every tile is shared out (fewer tiles than SMs: the
     whole problem split along K, as the original kernel's split-K does), else 1 (the bulk of
     the tiles runs whole; a shared-out remainder is not a split of the problem)."""
-    w = split_work(problem, _config_values(config))
+    # Only the tile is read: rows may carry the family's parameters filled in already.
+    c = config.as_dict() if isinstance(config, Config) else dict(config)
+    tile = {k: int(c[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
+    w = split_work(problem, tile)
     split = 1
     if w["sk_tiles"] and not w["dp_tiles"]:
-        k_tiles = triton.cdiv(_family._sizes(problem)[2], _config_values(config)["BLOCK_K"])
+        k_tiles = triton.cdiv(_family._sizes(problem)[2], tile["BLOCK_K"])
         split = max(1, round(k_tiles / w["sk_iters"]))
     return {"SPLIT_K": split, "GROUP_SIZE_M": GROUP_SIZE_M}
 
