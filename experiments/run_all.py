@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu  {cmd}: {what} (not run here)")
         return 0
     names = {name for name, *_ in CPU}
-    unknown = sorted(set(args.only or []) | set(args.skip) - names)
+    unknown = sorted((set(args.only or []) | set(args.skip)) - names)
     if unknown:
         ap.error(f"unknown step names {unknown}; --list shows them")
     chosen = [c for c in CPU if (args.only is None or c[0] in args.only)
