@@ -198,7 +198,10 @@ def split_work(problem: dict[str, int], config: Config | dict[str, Any], *,
 def grid(problem: dict[str, int], config: Config | dict[str, Any]) -> tuple[int]:
     """The persistent grid: min(#SMs, tiles) programs, or, when every tile is shared out
     (fewer tiles than SMs), the programs that share out K."""
-    w = split_work(problem, _config_values(config))
+    return _grid(split_work(problem, _config_values(config)))
+
+
+def _grid(w: dict[str, int]) -> tuple[int]:
     return (min(NUM_SMS, w["dp_tiles"]) if w["dp_tiles"] else w["sk_programs"],)
 
 
@@ -239,7 +242,7 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
              TensorDescriptor.from_tensor(out, [bm, c_cols]))
     call = KernelCall(
         fn=_streamk_kernel,
-        grid=grid(problem, c),
+        grid=_grid(w),
         args=(*descs, work, count, m, n, k, w["dp_tiles"], w["sk_iters"]),
         kwargs={"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": GROUP_SIZE_M,
                 "NUM_SMS": NUM_SMS, "EPILOGUE_SUBTILE": bool(c["EPILOGUE_SUBTILE"]),
