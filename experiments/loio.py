@@ -13,13 +13,18 @@ single-implementation model: static features trained on the families' original k
 Each feature set is tried as one booster for all families (``/all``) and as one booster per
 family (``/family``). What ships is chosen on training data only: the same protocol scored on
 the held-out implementations' TRAIN-suite shapes, criterion the mean of top1, top4, top8 and
-worst8, per family; the hook's two stages are what it can compute: stage 1 ranks on static
-features before anything compiles (``static/all`` or ``static/family``), stage 2 re-ranks a
-shortlist with compiled features (``static+compiled/...``); IR rows are research rows (the hook
-has no IR path). With ``--ship`` the stage-2 winners are refitted on the train suite of every
-implementation and saved under costtune/models (``experiments.model_selection.ship``); stage 1
-stays experiments.model_selection's, trained on the original kernels: static features cannot
-tell implementations apart, and mixing them cost the original softmax's in-distribution top1.
+worst8, per family. The hook's two stages are replayed as the hook runs them
+(``two_stage=True``): stage 1 ranks every config with the feature set of the family's shipped
+stage-1 model (``static`` for GEMM and attention, ``static+src`` for softmax), stage 2 takes
+its best ``SHORTLIST`` and orders them by ``costtune.tune.ranking.blend_order``: a weight ``w``
+of stage 1's rank percentile and ``1 - w`` of a compiled booster's (``static+compiled/all`` or
+``/family``); per family the booster and ``w`` with the best train-suite criterion ship (ties
+within 0.002 go to one booster for all families, then to the smaller ``w``). IR rows are
+research rows (the hook has no IR path). With ``--ship`` the stage-2 boosters are refitted on
+the train suite of every implementation and saved under costtune/models
+(``experiments.model_selection.ship``) with the weights (``costtune/models/stage2_h200.json``);
+stage 1 stays experiments.model_selection's (GEMM, attention: trained on the original kernels)
+and experiments.impl_descriptor's (softmax).
 Writes experiments/results/loio.{md,csv} and loio_selection.csv.
 
     python -m experiments.loio [--dataset datasets/h200] [--sets static,static+ir,...] [--ship]
@@ -30,21 +35,32 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from costtune.evaluate import evaluate
-from costtune.evaluate.metrics import rankings_from_scores, summarize
+from costtune.evaluate.metrics import (
+    rank_positions,
+    rankings_from_scores,
+    summarize,
+    workload_positions,
+)
 from costtune.features import load_feature_tables, load_ir_tables
 from costtune.model import CostModel, attach_features
+from costtune.tune.ranking import blend_order
 from experiments import harness
 
 KS = (1, 4, 8)
 GOALS = (("top1", 0.95), ("top8", 0.99), ("worst8", 0.97))
 CRITERION = ["top1", "top4", "top8", "worst8"]
-SETS = ("static", "static+ir", "static+compiled", "static+ir+compiled")
+SETS = ("static", "static+src", "static+ir", "static+compiled", "static+ir+compiled")
+SHORTLIST = 32  # prune_configs_by's default
+WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+STAGE2_ROWS = ("static+compiled/all", "static+compiled/family")
 BASE = {"objective": "rank:pairwise", "family": "all", "n_estimators": 300, "max_depth": 6,
         "learning_rate": 0.1}
 BASELINE = "single-implementation (static, original kernels only)"
+SHIPPED = "h200"
 
 
 def with_tables(data: pd.DataFrame, dataset: Path) -> pd.DataFrame:
@@ -59,20 +75,70 @@ def with_tables(data: pd.DataFrame, dataset: Path) -> pd.DataFrame:
     return data
 
 
-# model_selection's candidate names for the shippable rows: (stage, candidate).
+# model_selection's candidate names for the shippable stage-2 rows: (stage, candidate).
 SHIPPABLE = {"static/all": (1, "all-300"), "static/family": (1, "family-300"),
              "static+compiled/all": (2, "all-300-compiled"),
              "static+compiled/family": (2, "family-300-compiled")}
 
 
-def run(data: pd.DataFrame, sets: list[str], *, suite: str, threads: int) -> pd.DataFrame:
+def run(data: pd.DataFrame, sets: list[str], *, suite: str, threads: int
+        ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, np.ndarray]]:
+    """Metrics per (held-out implementation, row), the scored rows and each row's scores."""
     models = {f"{s}/{scope}": CostModel(**{**BASE, "family": fam}, features=s, n_jobs=threads)
               for s in sets for scope, fam in (("all", "all"), ("family", None))}
     result = evaluate(data, protocol="loio", models=models, ks=KS, baselines=False,
                       score_suite=suite)
     rows = [{"implementation": impl, "name": name, **metrics}
             for impl, board in result["scores"].items() for name, metrics in board.items()]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), result["rows"], result["model_scores"]
+
+
+def stage1_rows() -> dict[str, str]:
+    """Per family, the LOIO row of the shipped stage-1 model's kind (feature set and scope)."""
+    from costtune.kernels import FAMILIES
+
+    out = {}
+    for family in FAMILIES:
+        model, _ = CostModel.load_for(SHIPPED, family)
+        out[family] = f"{model.features}/{'all' if model.family == 'all' else 'family'}"
+    return out
+
+
+def two_stage_order(s1: np.ndarray, s2: np.ndarray, keys: np.ndarray, *, weight: float,
+                    shortlist: int = SHORTLIST) -> np.ndarray:
+    """One workload's positions as the hook orders them with ``two_stage=True``: the best
+    ``shortlist`` by stage 1, ordered by the blend, then the rest in stage-1 order."""
+    order = rank_positions(s1, keys)
+    short, rest = order[:shortlist], order[shortlist:]
+    return np.concatenate([short[blend_order(s1[short], s2[short], keys[short],
+                                             weight=weight)], rest])
+
+
+def two_stage(rows: pd.DataFrame, scores: dict[str, np.ndarray], first: dict[str, str]
+              ) -> pd.DataFrame:
+    """Metrics per (held-out implementation, stage-2 row, weight) of the replayed hook."""
+    out = []
+    keys = rows["config"].astype(str).to_numpy()
+    for impl, part in rows.groupby("implementation", sort=True):
+        fam = str(part["kernel"].iloc[0])
+        pos = part.index.to_numpy()
+        local = part.reset_index(drop=True)
+        by_w = workload_positions(local)
+        for second in STAGE2_ROWS:
+            for w in WEIGHTS:
+                s1, s2 = scores[first[fam]][pos], scores[second][pos]
+                k = keys[pos]
+                rankings = {wl: p[two_stage_order(s1[p], s2[p], k[p], weight=w)]
+                            for wl, p in by_w.items()}
+                metrics = summarize(local, rankings, ks=KS, worst=(8,))
+                out.append({"implementation": impl, "name": two_stage_name(first[fam], second,
+                                                                           w),
+                            "stage1": first[fam], "stage2": second, "weight": w, **metrics})
+    return pd.DataFrame(out)
+
+
+def two_stage_name(first: str, second: str, w: float) -> str:
+    return f"two-stage: {first} -> {second}, w={w:g}"
 
 
 def baseline(data: pd.DataFrame, *, threads: int) -> pd.DataFrame:
@@ -100,22 +166,42 @@ def family_of(impl: str) -> str:
 
 
 def choose(select: pd.DataFrame) -> pd.DataFrame:
-    """Per hook stage and family, the shippable row with the best train-suite criterion (ties
-    within 0.002 go to one booster for all families), in model_selection's choice format."""
+    """Per family, the stage-2 booster and weight with the best train-suite criterion of the
+    replayed two stages (ties within 0.002 go to one booster for all families, then to the
+    smaller weight), in model_selection's choice format plus ``weight``."""
     rows = []
-    ship = select[select["name"].isin(SHIPPABLE)].copy()
+    ship = select[select["name"].str.startswith("two-stage: ")].copy()
     ship["family"] = ship["implementation"].map(family_of)
-    ship["stage"] = ship["name"].map(lambda n: SHIPPABLE[n][0])
-    crit = ship.groupby(["stage", "family", "name"])["criterion"].mean().reset_index()
-    for (stage, family), g in crit.groupby(["stage", "family"]):
+    crit = (ship.groupby(["family", "name", "stage2", "weight"])["criterion"].mean()
+            .reset_index())
+    for family, g in crit.groupby("family"):
         best = g["criterion"].max()
-        shared = next(n for n in g["name"] if n.endswith("/all"))
-        pick = shared if g.loc[g["name"] == shared, "criterion"].iloc[0] >= best - 0.002 \
-            else g.loc[g["criterion"].idxmax(), "name"]
-        rows.append({"stage": stage, "kernel": family, "cross_family": SHIPPABLE[shared][1],
-                     "chosen": SHIPPABLE[pick][1], "row": pick,
-                     "score": float(g.loc[g["name"] == pick, "criterion"].iloc[0])})
+        g = g.assign(pref=g["stage2"].map(STAGE2_ROWS.index)).sort_values(["pref", "weight"])
+        pick = g[g["criterion"] >= best - 0.002].iloc[0]
+        rows.append({"stage": 2, "kernel": family,
+                     "cross_family": SHIPPABLE[STAGE2_ROWS[0]][1],
+                     "chosen": SHIPPABLE[pick["stage2"]][1], "row": pick["stage2"],
+                     "weight": float(pick["weight"]), "name": pick["name"],
+                     "score": float(pick["criterion"])})
     return pd.DataFrame(rows)
+
+
+def write_weights(choice: pd.DataFrame, *, dataset: Path) -> Path:
+    """The chosen stage-1 weights, beside the shipped stage-2 boosters."""
+    import json
+
+    from costtune.model.files import shipped_model_dir
+    from costtune.tune.ranking import STAGE2_FILE
+
+    record = {"model": f"{SHIPPED}_compiled", "shortlist": SHORTLIST,
+              "provenance": {"command": harness.command(), "dataset": harness.relative(dataset),
+                             **harness.environment()},
+              "families": {r.kernel: {"stage1_weight": r.weight, "stage2": r.row,
+                                      "criterion": round(r.score, 5)}
+                           for r in choice.itertuples()}}
+    path = shipped_model_dir() / STAGE2_FILE
+    path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    return path
 
 
 def goal_lines(table: pd.DataFrame, chosen: dict[str, str]) -> list[str]:
@@ -142,19 +228,32 @@ def main() -> None:
     ap.add_argument("--ship", action="store_true", help="refit the winners, save them")
     args = ap.parse_args()
     sets = [s for s in args.sets.split(",") if s]
+    first = stage1_rows()
+    missing = sorted({*first.values(), *STAGE2_ROWS} - {f"{s}/{scope}" for s in sets
+                                                        for scope in ("all", "family")})
+    if missing:
+        raise SystemExit(f"loio: --sets must include the hook's rows {missing}")
     data = with_tables(harness.load_dataset(args.dataset), args.dataset)
-    select = run(data, sets, suite="train", threads=args.threads)
+    parts = {}
+    for suite in ("train", "test"):
+        table, rows, scores = run(data, sets, suite=suite, threads=args.threads)
+        parts[suite] = pd.concat([table, two_stage(rows, scores, first)], ignore_index=True)
+    select = parts["train"]
     select["criterion"] = select[CRITERION].mean(axis=1)
-    by_set = select.groupby("name")["criterion"].mean().sort_values(ascending=False)
+    singles = select[~select["name"].str.startswith("two-stage: ")]
+    by_set = singles.groupby("name")["criterion"].mean().sort_values(ascending=False)
+    fam = select.assign(family=select["implementation"].map(family_of))
+    two = (fam[fam["name"].str.startswith("two-stage: ")]
+           .groupby(["family", "stage2", "weight"])["criterion"].mean().unstack("weight"))
     choice = choose(select)
-    final = choice[choice["stage"] == choice["stage"].max()]
-    chosen = dict(zip(final["kernel"], final["row"], strict=True))
-    test = pd.concat([run(data, sets, suite="test", threads=args.threads),
-                      baseline(data, threads=args.threads)], ignore_index=True)
+    chosen = dict(zip(choice["kernel"], choice["name"], strict=True))
+    test = pd.concat([parts["test"], baseline(data, threads=args.threads)], ignore_index=True)
     test["family"] = test["implementation"].map(family_of)
     cols = ["family", "implementation", "name", "top1", "top4", "top8", "worst8",
             "kendall_tau", "n_workloads"]
     table = test[cols].sort_values(["family", "implementation", "name"])
+    shown = table[~table["name"].str.startswith("two-stage: ")
+                  | (table["name"] == table["family"].map(chosen))]
     n = data.groupby("implementation")["workload"].nunique()
     md = ["# Leave one implementation out: ranking kernels the model never trained on", "",
           harness.provenance(dataset=args.dataset, n_rows=len(data)), "",
@@ -164,13 +263,24 @@ def main() -> None:
           "L*/L(8). Workloads per implementation (both suites): "
           + ", ".join(f"{k} {v}" for k, v in n.items()) + ".", "",
           "## Selection on training data only (held-out implementation's train-suite shapes)",
-          "", harness.md_table(by_set.rename("mean of top1/top4/top8/worst8").reset_index(),
-                               floatfmt=".4f"), "",
-          "Chosen per hook stage and family (criterion per family; ties within 0.002 go to "
-          "one booster for all families):", "",
-          harness.md_table(choice.drop(columns=["cross_family"]), floatfmt=".4f"), "",
-          "## Held-out test suites", "", harness.md_table(table, floatfmt=".3f"), "",
-          "## Goals (issue 18) for what ships last (stage 2, per family): every held-out "
+          "", "Each booster alone, ranking every config:", "",
+          harness.md_table(by_set.rename("mean of top1/top4/top8/worst8").reset_index(),
+                           floatfmt=".4f"), "",
+          "The hook's two stages (`two_stage=True`) replayed: stage 1 "
+          + ", ".join(f"{k} `{v}`" for k, v in sorted(first.items()))
+          + f" (the shipped stage-1 models' kind), its best {SHORTLIST} ordered by a blend "
+          "of stage-1 and stage-2 rank percentiles (`costtune.tune.ranking.blend_order`) at "
+          "stage-1 weight w (w=0: the compiled booster alone; w=1: stage 1's order); "
+          "criterion per family:", "",
+          harness.md_table(two.reset_index(), floatfmt=".4f"), "",
+          "Chosen per family (ties within 0.002 go to one booster for all families, then to "
+          "the smaller w):", "",
+          harness.md_table(choice.drop(columns=["cross_family", "stage"]), floatfmt=".4f"), "",
+          "## Held-out test suites", "",
+          "Every booster alone, the baseline, and the chosen two-stage replay of each family "
+          "(every replayed weight: loio.csv).", "",
+          harness.md_table(shown, floatfmt=".3f"), "",
+          "## Goals (issue 18) for what ships (two stages, per family): every held-out "
           "implementation of each family", "", *goal_lines(test, chosen), ""]
     if args.ship:
         from costtune.features import load_feature_tables
@@ -180,8 +290,10 @@ def main() -> None:
         compiled, _ = load_feature_tables(args.dataset, sorted(train["kernel"].unique()))
         md += ["## Shipped: stage 2, refitted on the train suite of every implementation",
                "", "(Stage 1 ships from experiments/model_selection.py, trained on the "
-               "original kernels: model_selection.md.)", "",
-               *ship(choice[choice["stage"] == 2], train, compiled, args.threads), ""]
+               "original kernels, and for softmax from experiments/impl_descriptor.py.)", "",
+               *ship(choice, train, compiled, args.threads),
+               f"- `{harness.relative(write_weights(choice, dataset=args.dataset))}`: the "
+               "stage-1 weight per family", ""]
     harness.write_report("loio", md, table, csv_kw={"float_format": "%.5g"})
     select.to_csv(harness.RESULTS / "loio_selection.csv", index=False, float_format="%.5g")
     print("\n".join(md))

@@ -118,3 +118,20 @@ def test_dask_plan_orders_the_extra_runs():
     assert [r["cache_of"] for r in runs] == [None, None, "1gpu", "1gpu", "1gpu"]
     assert runs[3]["order"] == "given" and runs[3]["shuffle_seed"] == 2
     assert plan.fixed_compile_workers(args) == 8
+
+
+def test_loio_replays_the_hooks_two_stages():
+    """experiments.loio scores two_stage=True as the hook runs it: the best SHORTLIST by
+    stage 1, ordered by the blend, then the rest in stage-1 order."""
+    import numpy as np
+
+    loio = _experiment("loio")
+    keys = np.array([f"c{i}" for i in range(6)])
+    s1 = np.array([6.0, 5.0, 4.0, 3.0, 2.0, 1.0])
+    s2 = np.array([0.0, 1.0, 2.0, 9.0, 9.0, 9.0])
+    assert loio.two_stage_order(s1, s2, keys, weight=1.0, shortlist=3).tolist() == list(range(6))
+    # Stage 2 reorders only the shortlist: 3-5 score best there but stay behind it.
+    assert loio.two_stage_order(s1, s2, keys, weight=0.0, shortlist=3).tolist() == [
+        2, 1, 0, 3, 4, 5]
+    assert loio.two_stage_name("static/family", "static+compiled/all", 0.5) == (
+        "two-stage: static/family -> static+compiled/all, w=0.5")

@@ -27,7 +27,7 @@ from costtune.model.xgb import CostModel
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT / "datasets" / "h200"
-SHIPPED = ["h200", "h200_gemm", "h200_attention", "h200_compiled", "h200_compiled_softmax"]
+SHIPPED = ["h200", "h200_gemm", "h200_attention", "h200_compiled"]
 ROWS_PER_FAMILY = 1500
 
 

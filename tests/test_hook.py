@@ -5,6 +5,7 @@ a few real H200 GEMM workloads (datasets/h200), so every test runs without a GPU
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -723,3 +724,163 @@ def test_precompile_runs_a_configs_pre_hook_on_copied_descriptors():
     assert [c[0].block_shape for c in calls] == [[16, 32], [64, 32]]
     assert calls[0][1] == 64 and calls[0][0].base is t
     assert desc.block_shape == [1, 1]
+
+
+def test_blend_order_weights_the_two_rankings():
+    from costtune.evaluate.metrics import rank_positions
+    from costtune.tune.ranking import blend_order
+
+    keys = np.array(list("abcde"))
+    s1 = np.array([5.0, 4.0, 3.0, 2.0, 1.0])
+    s2 = np.array([1.0, 2.0, 3.0, 5.0, 4.0])
+    assert blend_order(s1, s2, keys, weight=0.0).tolist() == rank_positions(s2, keys).tolist()
+    assert blend_order(s1, s2, keys, weight=1.0).tolist() == [0, 1, 2, 3, 4]
+    # Half and half: percentiles a .6, b .7, c .6, d .7, e .5; ties go to the stage-2 score.
+    assert blend_order(s1, s2, keys, weight=0.5).tolist() == [3, 1, 2, 0, 4]
+    # A NaN score ranks last in its stage.
+    s2_nan = np.array([np.nan, 2.0, 3.0, 5.0, 4.0])
+    assert blend_order(s1, s2_nan, keys, weight=0.0).tolist()[-1] == 0
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, True, "half", float("nan")])
+def test_stage1_weight_is_checked(bad):
+    with pytest.raises(ValueError, match=r"^stage1_weight must be a number in \[0, 1\]"):
+        costtune.prune_configs_by(family="gemm", two_stage=True, stage1_weight=bad)
+
+
+def test_stage1_weight_defaults():
+    from costtune.tune.ranking import STAGE2_FILE, stage1_weight
+
+    assert stage1_weight("h200_compiled", "gemm", 0.25) == 0.25  # given: used as is
+    assert stage1_weight("/some/model.json", "gemm") == 0.0  # not shipped: stage 2 alone
+    shipped = json.loads((Path(costtune.__file__).parent / "models" / STAGE2_FILE).read_text())
+    assert shipped["model"] == "h200_compiled"
+    for family in ("gemm", "softmax", "attention"):
+        w = shipped["families"][family]["stage1_weight"]
+        assert 0.0 <= w <= 1.0 and stage1_weight("h200_compiled", family) == w
+
+
+def test_two_stage_at_weight_one_keeps_stage_one_order(model, train_rows, monkeypatch,
+                                                       record):
+    """w=1: stage 2 moves only the configs the AOT compile rejected; w=0 follows the
+    compiled booster."""
+    from costtune.evaluate.metrics import rank_positions
+
+    compiled = CostModel(features="static+compiled", family="gemm", n_estimators=10,
+                         max_depth=3).fit(train_rows, compiled=fake_compiled(train_rows))
+    monkeypatch.setattr("costtune.features.compiled.compiled_features",
+                        lambda rows, **kw: fake_compiled(rows))
+    args = {**SHAPE, "a": torch.empty(1, dtype=torch.float16)}
+
+    def kept(**options):
+        pruner = costtune.prune_configs_by(model, 3, family="gemm", shortlist=len(SMALL),
+                                           widen=None, **options)["early_config_prune"]
+        return [config_key(c) for c in pruner(SMALL, args)], pruner.last
+
+    alone, _ = kept()
+    at_one, last = kept(two_stage=True, stage2_model=compiled, stage1_weight=1.0)
+    bad = {config_key(c) for c in SMALL if c.kwargs["BLOCK_N"] == 64 and c.kwargs["BLOCK_K"] == 64}
+    keys = [config_key(c) for c in SMALL]
+    order = [keys[i] for i in rank_positions(last.scores, keys)]
+    assert last.stage2 and at_one == [k for k in order if k not in bad][:3]
+    at_zero, _ = kept(two_stage=True, stage2_model=compiled, stage1_weight=0.0)
+    assert not set(at_zero) & bad and ours(record) == []
+    assert alone == order[:3]
+
+
+USER_STAGE2 = """
+import json, sys
+import torch, triton
+import triton.language as tl
+import costtune
+from costtune.model.xgb import CostModel
+from costtune.tune.ranking import kernel_compiled_table
+
+
+@triton.jit
+def tile_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k0 in range(0, k, BK):
+        kk = k0 + rk
+        a = tl.load(x + rm[:, None] * k + kk[None, :])
+        b = tl.load(y + kk[:, None] * n + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(out + rm[:, None] * n + rn[None, :], acc)
+
+
+m, n, k = 64, 128, 256
+args = {"x": torch.zeros(m, k, dtype=torch.float16), "y": torch.zeros(k, n, dtype=torch.float16),
+        "out": torch.empty(m, n), "m": m, "n": n, "k": k}
+configs = [triton.Config({"BM": 64, "BN": 64, "BK": 32}, num_warps=4, num_stages=2),
+           triton.Config({"BM": 64, "BN": 128, "BK": 64}, num_warps=8, num_stages=3),
+           triton.Config({"BM": 256, "BN": 256, "BK": 128}, num_warps=4, num_stages=5)]
+memo = {}
+table = kernel_compiled_table(tile_matmul, args, configs, cache_dir=sys.argv[2], workers=2,
+                              memo=memo, arch=90)
+out = {"status": table["compile_status"].tolist(), "n_regs": table["n_regs"].tolist(),
+       "shared": table["shared_bytes"].tolist(), "launches": table["n_launches"].tolist(),
+       "memo": len(memo)}
+model = CostModel.load(sys.argv[1])
+pruner = costtune.prune_configs_by(
+    model, 1, family="gemm", problem={"M": "m", "N": "n", "K": "k"},
+    params={"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"}, two_stage=True, shortlist=3,
+    stage2_model=model, cache_dir=sys.argv[2], precompile=False)["early_config_prune"]
+pruner.kernel = tile_matmul
+out["kept"] = len(pruner(configs, args))
+out["stage2"], out["stage2_kernel"] = pruner.last.stage2, pruner.last.stage2_kernel
+print(json.dumps(out))
+"""
+
+
+def test_stage2_compiles_the_users_own_kernel(train_rows, tmp_path):
+    """Outside the interpreter (a child process: the tests run in it, and nothing compiles
+    there), ``kernel_compiled_table`` compiles the user's kernel at each config, specialized
+    on the call's arguments (a config too big for the GPU gets its status, not an exception),
+    and the hook's stage 2 ranks with those features."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    compiled = CostModel(features="static+compiled", family="gemm", n_estimators=10,
+                         max_depth=3).fit(train_rows, compiled=fake_compiled(train_rows))
+    path = compiled.save(tmp_path / "stage2")
+    script = tmp_path / "user_stage2.py"
+    script.write_text(USER_STAGE2)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(script), str(path), str(tmp_path / "cache")],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["status"] == ["ok", "ok", "out_of_resources"] and out["memo"] == 3
+    assert min(out["n_regs"][:2]) > 0 and out["launches"][:2] == [1, 1]
+    assert out["shared"][1] > out["shared"][0] > 0
+    assert out["kept"] == 1 and out["stage2"] and out["stage2_kernel"] == "yours"
+
+
+def test_two_stage_falls_back_to_our_kernel(train_rows, monkeypatch, tmp_path):
+    """Under the interpreter (no JIT function, nothing compiles) stage 2 describes the configs
+    with costtune's own kernel of the family, and the decision says so."""
+    compiled = CostModel(features="static+compiled", family="gemm", n_estimators=10,
+                         max_depth=3).fit(train_rows, compiled=fake_compiled(train_rows))
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": 32}, num_warps=4, num_stages=2)
+               for bm, bn in ((32, 64), (64, 64), (64, 128))]
+    ours_compiled = []
+    monkeypatch.setattr("costtune.features.compiled.compiled_features",
+                        lambda rows, **kw: ours_compiled.append(len(rows))
+                        or fake_compiled(rows))
+    pruner = costtune.prune_configs_by(
+        compiled, 1, family="gemm", problem={"M": "m", "N": "n", "K": "k"},
+        params={"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"}, two_stage=True,
+        shortlist=3, stage2_model=compiled, cache_dir=tmp_path)["early_config_prune"]
+    pruner.kernel = masked_tile_matmul
+    m, n, k = 64, 128, 256
+    args = {"x": torch.zeros(m, k, dtype=torch.float16),
+            "y": torch.zeros(k, n, dtype=torch.float16), "out": torch.empty(m, n),
+            "m": m, "n": n, "k": k}
+    assert len(pruner(configs, args)) == 1
+    assert pruner.last.stage2 and ours_compiled == [3]
+    assert pruner.last.stage2_kernel.startswith("costtune's gemm (yours could not be compiled")

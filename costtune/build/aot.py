@@ -51,8 +51,13 @@ class CompileJob:
     arch: int
     key: str
     spec: str = field(repr=False, default="")
+    # The function itself, for a compile in this process (threads): a user's kernel need not
+    # be reachable by module and name (a closure, a shadowed name). Not for process pools.
+    fn: Any = field(repr=False, default=None, compare=False)
 
     def resolve_fn(self) -> Any:
+        if self.fn is not None:
+            return self.fn
         return getattr(importlib.import_module(self.fn_module), self.fn_name)
 
 

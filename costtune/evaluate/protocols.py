@@ -87,7 +87,8 @@ def evaluate(dataset: pd.DataFrame, *, protocol: str = "split",
 
     ``models`` defaults to the static vs static+compiled ablation (the latter only when compiled
     features are given via ``compiled`` or already in ``dataset``). Returns ``{"protocol",
-    "scores": {kernel: {name: metrics}}, "per_workload": DataFrame}``; metrics are
+    "scores": {kernel: {name: metrics}}, "per_workload": DataFrame, "rows": the scored rows,
+    "model_scores": {name: each model's score per row, out of fold}}``; metrics are
     ``metrics.summarize``'s (``top{k}``, ``worst{k}``, ``median_regret``, ``kendall_tau``...).
 
     >>> data = costtune.load_dataset("datasets/h200")  # doctest: +SKIP
@@ -131,9 +132,11 @@ def evaluate(dataset: pd.DataFrame, *, protocol: str = "split",
                     got[w] = np.where(ranking >= 0, part_pos[np.maximum(ranking, 0)], -1)
     for name, s in scores.items():
         rankings[name] = rankings_from_scores(test, s)
-    return _collect(test, rankings, scores, protocol=protocol, ks=ks, worst=worst,
-                    random=baselines, seed=seed,
-                    group="implementation" if protocol == "loio" else "kernel")
+    out = _collect(test, rankings, scores, protocol=protocol, ks=ks, worst=worst,
+                   random=baselines, seed=seed,
+                   group="implementation" if protocol == "loio" else "kernel")
+    out["rows"], out["model_scores"] = test, scores
+    return out
 
 
 def loio_tasks(data: pd.DataFrame, *, score_suite: str = "test"

@@ -31,6 +31,8 @@ class PruneDecision:
     dtype: str | None = None
     scores: np.ndarray | None = None  # stage-1 scores, in the configs' order
     stage2: bool = False
+    # Whose kernel stage 2 compiled: "yours", or costtune's own and why yours was not.
+    stage2_kernel: str | None = None
     fallbacks: list[str] = field(default_factory=list)  # categories that applied
     notes: list[tuple[str, str]] = field(default_factory=list)  # (category, message) of each
     precompiled: tuple[int, int] | None = None  # (compiled, submitted) by costtune.autotune

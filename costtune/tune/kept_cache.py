@@ -8,13 +8,13 @@ it, so a later process with the same key takes the list from disk and the pruner
 The key (sha256, ``key_for``) hashes what Triton's own cache key does (``triton_key()``, the
 backend's hash, the cache-invalidating environment variables, the kernel's ``cache_key``, the
 tuning key, ``str`` of every config) and what the pruner reads: its options (``top_k``,
-``widen``, ``range_margin``, ``two_stage``, ``stage2_model``, ``shortlist``, the LaunchSpec),
-the model's files (path, mtime and size of every file the name or path can resolve to, and of
-costtune's shipped model folder), costtune's version and source files, the GPU, and the call
-(tensor shapes, strides, dtypes and alignment, scalar values, the grid's program count per
-config). The entry, ``<kernel name>.costtune_kept.json`` in Triton's cache manager
-(``TRITON_CACHE_DIR``), holds the kept configs as positions in the config list, in order, with
-their ``str`` to verify: any mismatch is a miss.
+``widen``, ``range_margin``, ``two_stage``, ``stage2_model``, ``shortlist``,
+``stage1_weight``, the LaunchSpec), the model's files (path, mtime and size of every file the
+name or path can resolve to, and of costtune's shipped model folder), costtune's version and
+source files, the GPU, and the call (tensor shapes, strides, dtypes and alignment, scalar
+values, the grid's program count per config). The entry, ``<kernel name>.costtune_kept.json``
+in Triton's cache manager (``TRITON_CACHE_DIR``), holds the kept configs as positions in the
+config list, in order, with their ``str`` to verify: any mismatch is a miss.
 
 Not used (``key_for`` returns None) when the model is an object in memory, with ``learn=True``
 (the kernel's own model changes with every tuning), when a config has a ``pre_hook`` (Triton's
@@ -191,7 +191,9 @@ def _pruner_part(pruner: Any) -> str:
         "model": os.fspath(pruner.model), "top_k": repr(pruner.top_k), "widen": pruner.widen,
         "range_margin": repr(pruner.range_margin), "two_stage": pruner.two_stage,
         "stage2_model": None if pruner.stage2_model is None else os.fspath(pruner.stage2_model),
-        "shortlist": pruner.shortlist, "family": spec.family, "problem": _value(spec.problem),
+        "shortlist": pruner.shortlist,
+        "stage1_weight": repr(getattr(pruner, "stage1_weight", None)),
+        "family": spec.family, "problem": _value(spec.problem),
         "params": sorted(dict(spec.params).items()), "dtype": spec.dtype,
         "trust_family": bool(spec.trust_family), "files": models, "shipped": _shipped()})
 

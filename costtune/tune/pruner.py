@@ -81,13 +81,17 @@ class ConfigPruner:
     def __init__(self, *, model: Any, top_k: int | float, spec: LaunchSpec, two_stage: bool,
                  shortlist: int, stage2_model: Any, widen: int | None,
                  range_margin: float | None, workers: int | None,
-                 cache_dir: str | os.PathLike | None, precompile: bool | int | str = True
-                 ) -> None:
+                 cache_dir: str | os.PathLike | None, precompile: bool | int | str = True,
+                 stage1_weight: float | None = None) -> None:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not top_k >= 0:
             raise ValueError(f"top_k must be a count or a fraction >= 0, got {top_k!r}")
         if int(shortlist) < 1:
             raise ValueError(f"shortlist must be >= 1, got {shortlist!r}")
         parse_precompile(precompile)
+        if stage1_weight is not None:
+            from costtune.tune.ranking import stage1_weight as check_weight
+
+            check_weight(None, "", stage1_weight)
         if widen is not None and int(widen) < 1:
             raise ValueError(f"widen must be >= 1 or None, got {widen!r}")
         if range_margin is not None and not range_margin >= 0:
@@ -95,7 +99,7 @@ class ConfigPruner:
         spec.check()
         self.model, self.top_k, self.spec = model, top_k, spec
         self.two_stage, self.shortlist = bool(two_stage), int(shortlist)
-        self.stage2_model = stage2_model
+        self.stage2_model, self.stage1_weight = stage2_model, stage1_weight
         self.widen = None if widen is None else int(widen)
         self.range_margin, self.workers, self.cache_dir = range_margin, workers, cache_dir
         self.last: PruneDecision | None = None
@@ -120,6 +124,7 @@ class ConfigPruner:
         self._knobs: dict[str, tuple] = {}
         self._compiled: dict = {}
         self._tuned: Any = None  # the kernel of the latest call (its source is described)
+        self._args: dict[str, Any] = {}  # the latest call's arguments (stage 2 compiles them)
 
     def __call__(self, configs: Sequence[Any], named_args: Mapping[str, Any],
                  **kwargs: Any) -> list[Any]:
@@ -204,7 +209,7 @@ class ConfigPruner:
             notes.append(("infeasible", feasibility.summary(configs, refused)))
         if len(alive) <= 1:
             return keep_alive()
-        args = call_args(named_args, kwargs)
+        args = self._args = call_args(named_args, kwargs)
         try:
             self._tuned = self.kernel or calling_tuner()
             launch = describe(self.spec, [configs[i] for i in alive], args=args,
@@ -302,7 +307,7 @@ class ConfigPruner:
         decision.knobs = knobs
         if self.two_stage and k < len(alive):
             sub_order = self._stage2(launch, live, features, keys[alive], sub_order, decision,
-                                     notes)
+                                     notes, live_scores, [configs[i] for i in alive])
             if knobs:  # stage 2 scores variants alike too
                 sub_order = spread_order(sub_order, known_keys=[known[i] for i in alive],
                                          unknown_keys=[unknown[i] for i in alive])
@@ -313,11 +318,14 @@ class ConfigPruner:
 
     def _stage2(self, launch: Any, params: list[dict], features: Any, keys: np.ndarray,
                 order: np.ndarray, decision: PruneDecision,
-                notes: list[tuple[str, str]]) -> np.ndarray:
+                notes: list[tuple[str, str]], stage1: np.ndarray,
+                live_configs: Sequence[Any]) -> np.ndarray:
         from costtune.tune.ranking import (
             compiled_table,
             default_stage2,
+            kernel_compiled_table,
             load_noted,
+            stage1_weight,
             stage2_order,
             uses_compiled,
         )
@@ -333,22 +341,37 @@ class ConfigPruner:
                           f"{source!r} has only static ones, stage 2 skipped"))
             return order
         short = order[: max(decision.k, self.shortlist)]
-        try:
-            table = compiled_table(launch, [params[i] for i in short],
-                                   cache_dir=self.cache_dir, workers=self.workers,
-                                   memo=self._compiled)
-        except Exception as exc:  # e.g. a broken compile pool: the static ranking stands
-            notes.append(("two_stage", f"compiled features failed ({type(exc).__name__}: "
-                          f"{exc}); stage 2 skipped"))
-            return order
-        sub = stage2_order(model, features.iloc[short], table=table, keys=keys[short])
+        try:  # the user's own kernel, compiled at each config as this call would launch it
+            table = kernel_compiled_table(self._tuned, self._args,
+                                          [live_configs[i] for i in short],
+                                          cache_dir=self.cache_dir, workers=self.workers,
+                                          memo=self._compiled)
+            decision.stage2_kernel = "yours"
+        except Exception as exc:
+            try:  # else costtune's own kernel of the family at the same configs
+                table = compiled_table(launch, [params[i] for i in short],
+                                       cache_dir=self.cache_dir, workers=self.workers,
+                                       memo=self._compiled)
+            except Exception as exc2:  # e.g. a broken compile pool: the static ranking stands
+                notes.append(("two_stage", f"compiled features failed ({type(exc2).__name__}: "
+                              f"{exc2}); stage 2 skipped"))
+                return order
+            # Expected under Triton's interpreter (nothing there is a JIT function): told in
+            # the decision, not warned.
+            decision.stage2_kernel = (f"costtune's {launch.family} (yours could not be "
+                                      f"compiled here: {type(exc).__name__}: "
+                                      f"{str(exc)[:200]})")
+        weight = stage1_weight(source, launch.family, self.stage1_weight)
+        sub = stage2_order(model, features.iloc[short], table=table, keys=keys[short],
+                           stage1=stage1[short], weight=weight)
         decision.stage2 = True
         return np.concatenate([short[sub], order[len(short):]])
 
 def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str | None = None,
                      problem: ProblemSpec = None, params: Mapping[str, str] | None = None,
                      dtype: str | None = None, two_stage: bool = False, shortlist: int = 32,
-                     stage2_model: Any = None, widen: int | None = 4,
+                     stage2_model: Any = None, stage1_weight: float | None = None,
+                     widen: int | None = 4,
                      range_margin: float | None = 1.0, workers: int | None = None,
                      cache_dir: str | os.PathLike | None = None,
                      preload: bool = True, trust_family: bool = False,
@@ -390,7 +413,8 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     spec = LaunchSpec(family=family, problem=problem, params=dict(params or {}), dtype=dtype,
                       trust_family=trust_family)
     pruner = ConfigPruner(model=model, top_k=top_k, spec=spec, two_stage=two_stage,
-                          shortlist=shortlist, stage2_model=stage2_model, widen=widen,
+                          shortlist=shortlist, stage2_model=stage2_model,
+                          stage1_weight=stage1_weight, widen=widen,
                           range_margin=range_margin, workers=workers, cache_dir=cache_dir,
                           precompile=precompile)
     if preload:

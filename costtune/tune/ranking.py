@@ -1,11 +1,22 @@
 """The pruning hook's side of the cost model: whether the model can be trusted here, and
 ranking a shortlist by compiled features (stage 2). Models load and score through
-``costtune.model.registry``, as everywhere else."""
+``costtune.model.registry``, as everywhere else.
+
+Stage 2 orders the shortlist by a blend of the two stages' ranks: ``w`` x (the config's rank
+percentile among the shortlist by the stage-1 score) + (1 - ``w``) x (its percentile by the
+stage-2 score). ``w`` = 0 is the compiled model alone; ``w`` = 1 keeps stage 1's order (stage 2
+then only moves configs the AOT compile rejected to the end). The shipped stage-2 model's
+weight per family (``STAGE2_FILE``) is chosen by ``experiments/loio.py`` on held-out
+implementations' train-suite shapes, replaying this very procedure."""
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,8 +26,11 @@ from costtune.hardware import current_arch
 from costtune.model.registry import default_stage2, load_noted, score
 from costtune.tune.launch import Launch
 
-__all__ = ["compiled_table", "concerns", "covers", "current_gpu", "default_stage2",
-           "load_noted", "score", "stage2_order", "uses_compiled", "uses_source"]
+__all__ = ["STAGE2_FILE", "blend_order", "compiled_table", "concerns", "covers",
+           "current_gpu", "default_stage2", "kernel_compiled_table", "load_noted", "score",
+           "stage1_weight", "stage2_order", "uses_compiled", "uses_source"]
+
+STAGE2_FILE = "stage2_h200.json"  # under costtune/models: the shipped stage-1 weights
 
 def uses_compiled(model: Any) -> bool:
     """Whether the model needs features a compile gives (IR or compiled; the source
@@ -71,11 +85,56 @@ def concerns(model: Any, launch: Launch, *, range_margin: float | None) -> list[
     return out
 
 
+def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[Any], *,
+                          cache_dir: Any, workers: int | None, memo: dict,
+                          arch: int | None = None) -> pd.DataFrame:
+    """Compiled features of the user's own kernel ``fn`` (a ``@triton.jit`` function, or the
+    autotuner wrapping one) at each of ``configs`` (``triton.Config``), specialized on this
+    call's ``args`` exactly as the JIT would (``build.aot.specialize``), AOT-compiled for this
+    host's GPU arch (sm_90 without one) on the CPU: one row per config, in order, with
+    ``compile_status`` and ``COMPILED_FEATURES``. A config that does not compile gets its
+    status (e.g. ``out_of_resources``). Raises when ``fn`` cannot be compiled here at all (not
+    a JIT function, Triton's interpreter on, arguments it does not take, no config compiles):
+    the caller then describes the configs with the family's own kernel (``compiled_table``)."""
+    from costtune.build.aot import jit_function, specialize
+    from costtune.build.threads import interpreting
+    from costtune.features.compiled import COMPILED_FEATURES, _row_features, compile_jobs
+    from costtune.kernels.base import KernelCall
+
+    if interpreting():
+        raise RuntimeError("Triton's interpreter is on: no kernel compiles in this process")
+    jit = jit_function(fn)
+    taken = {k: v for k, v in args.items() if k in jit.arg_names}
+    arch = arch or current_arch()
+    jobs = []
+    for config in configs:
+        kwargs = {**taken, **dict(config.kwargs)}
+        for option in ("num_ctas", "maxnreg"):
+            if getattr(config, option, None) is not None:
+                kwargs[option] = getattr(config, option)
+        call = KernelCall(fn=jit, grid=(1,), args=(), kwargs=kwargs,
+                          num_warps=config.num_warps, num_stages=config.num_stages)
+        job = specialize(call, arch=arch)
+        job.fn = jit  # compiled here, in threads, from the object itself
+        jobs.append(job)
+    todo = [j for j in jobs if j.key not in memo]
+    if todo:
+        memo.update(compile_jobs(todo, workers=workers, cache_dir=cache_dir, threads=True))
+    rows = [_row_features(([j], 0), memo) for j in jobs]
+    table = pd.DataFrame(rows, columns=["compile_status", "compile_error", "compile_s",
+                                        "compile_key", *COMPILED_FEATURES])
+    if len(table) and not (table["compile_status"] == "ok").any():
+        raise RuntimeError(f"none of the {len(table)} configs compiled; the first: "
+                           f"{table['compile_error'].iloc[0][:200]}")
+    return table
+
+
 def compiled_table(launch: Launch, params: Sequence[dict[str, Any]], *, cache_dir: Any,
                    workers: int | None, memo: dict) -> pd.DataFrame:
-    """Compiled features of the family's own kernel at each config (AOT, this host's CPU),
-    one row per config in order; ``memo`` keeps rows across calls (the disk cache keeps them
-    across processes)."""
+    """Compiled features of costtune's own kernel of the family at each config (AOT, this
+    host's CPU): what stage 2 uses when the user's kernel cannot be compiled here
+    (``kernel_compiled_table``); one row per config in order; ``memo`` keeps rows across
+    calls (the disk cache keeps them across processes)."""
     from costtune.features.compiled import compiled_features
     from costtune.model.features import config_rows
     from costtune.types import Config
@@ -94,10 +153,64 @@ def compiled_table(launch: Launch, params: Sequence[dict[str, Any]], *, cache_di
     return pd.DataFrame([memo[k] for k in keys])
 
 
+def stage1_weight(source: Any, family: str, weight: float | None = None) -> float:
+    """The stage-1 weight of the blend for ``family``: ``weight`` when given (checked to lie in
+    [0, 1]); else, for the shipped stage-2 model (a name such as ``"h200_compiled"``), the
+    family's weight in ``STAGE2_FILE``; else 0 (the stage-2 model alone)."""
+    if weight is not None:
+        try:
+            w = float(weight)
+        except (TypeError, ValueError):
+            w = math.nan
+        if isinstance(weight, bool) or not 0.0 <= w <= 1.0:
+            raise ValueError(f"stage1_weight must be a number in [0, 1], got {weight!r}")
+        return w
+    if not (isinstance(source, str) and source in _shipped_weights()):
+        return 0.0
+    return float(_shipped_weights()[source].get(family, 0.0))
+
+
+@lru_cache(maxsize=1)
+def _shipped_weights() -> dict[str, dict[str, float]]:
+    """{stage-2 model name: {family: weight}} from the shipped file ({} when absent)."""
+    path = Path(str(resources.files("costtune") / "models" / STAGE2_FILE))
+    if not path.exists():
+        return {}
+    record = json.loads(path.read_text())
+    return {record["model"]: {f: float(v["stage1_weight"])
+                              for f, v in record["families"].items()}}
+
+
+def blend_order(stage1: np.ndarray, stage2: np.ndarray, keys: np.ndarray, *,
+                weight: float) -> np.ndarray:
+    """Positions, best first, by ``weight`` x stage-1 rank percentile + (1 - ``weight``) x
+    stage-2 rank percentile (higher scores = faster; a rank is the place in
+    ``rank_positions`` order, so equal scores part by key; NaN ranks last; ties of the blend
+    go by stage-2 score, then key).
+
+    >>> blend_order(np.array([3., 2., 1.]), np.array([1., 2., 3.]), np.array(["a", "b", "c"]),
+    ...             weight=0.75).tolist()
+    [0, 1, 2]
+    """
+    from costtune.evaluate.metrics import rank_positions
+
+    n = len(keys)
+    blend = np.zeros(n)
+    for w, s in ((weight, stage1), (1.0 - weight, stage2)):
+        pct = np.empty(n)
+        pct[rank_positions(np.asarray(s, dtype=float), keys)] = np.arange(n, 0, -1) / n
+        blend += w * pct
+    s2 = np.asarray(stage2, dtype=float)
+    s2 = np.where(np.isnan(s2), -np.inf, s2)
+    return np.lexsort((np.asarray(keys, dtype=object).astype(str), -s2, -blend))
+
+
 def stage2_order(model: Any, static: pd.DataFrame, *, table: pd.DataFrame,
-                 keys: np.ndarray) -> np.ndarray:
+                 keys: np.ndarray, stage1: np.ndarray | None = None,
+                 weight: float = 0.0) -> np.ndarray:
     """Positions into the shortlist, best first: configs the AOT compile rejected (e.g.
-    OutOfResources) go last, the rest by the model's score on static + compiled features."""
+    OutOfResources) go last, the rest by the model's score on static + compiled features,
+    blended with the shortlist's stage-1 scores ``stage1`` at ``weight`` (``blend_order``)."""
     from costtune.evaluate.metrics import rank_positions
     from costtune.model.features import COMPILE_OK
 
@@ -105,5 +218,8 @@ def stage2_order(model: Any, static: pd.DataFrame, *, table: pd.DataFrame,
     feats = pd.concat([static.reset_index(drop=True), table.reset_index(drop=True)], axis=1)
     feats[COMPILE_OK] = ok
     scores = score(model, feats)
-    order = rank_positions(scores, keys)
+    if stage1 is None or weight == 0.0:
+        order = rank_positions(scores, keys)
+    else:
+        order = blend_order(stage1, scores, keys, weight=weight)
     return order[np.argsort(-ok[order], kind="stable")]
