@@ -823,6 +823,30 @@ table = kernel_compiled_table(tile_matmul, args, configs, cache_dir=sys.argv[2],
 out = {"status": table["compile_status"].tolist(), "n_regs": table["n_regs"].tolist(),
        "shared": table["shared_bytes"].tolist(), "launches": table["n_launches"].tolist(),
        "memo": len(memo)}
+
+
+@triton.jit
+def tile_copy(desc, out, n, BM: tl.constexpr, BN: tl.constexpr):
+    tile = desc.load([tl.program_id(0) * BM, 0])
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    tl.store(out + rm[:, None] * n + tl.arange(0, BN)[None, :], tile)
+
+
+def set_block(nargs):  # Triton's tutorials set descriptor block shapes in a pre_hook
+    nargs["desc"].block_shape = [nargs["BM"], nargs["BN"]]
+
+
+from triton.tools.tensor_descriptor import TensorDescriptor
+x = torch.zeros(256, 64, dtype=torch.float16)
+hooked = [triton.Config({"BM": bm, "BN": 64}, num_warps=4, num_stages=1, pre_hook=set_block)
+          for bm in (32, 128)]
+desc = TensorDescriptor.from_tensor(x, [8, 8])  # what the caller passed: the hook fixes it
+copy_table = kernel_compiled_table(tile_copy, {"desc": desc, "out": torch.empty(256, 64),
+                                               "n": 64}, hooked, cache_dir=sys.argv[2],
+                                   workers=2, memo={}, arch=90)
+out["hooked_status"] = copy_table["compile_status"].tolist()
+out["hooked_shared"] = copy_table["shared_bytes"].tolist()
+out["caller_block"] = list(desc.block_shape)
 model = CostModel.load(sys.argv[1])
 pruner = costtune.prune_configs_by(
     model, 1, family="gemm", problem={"M": "m", "N": "n", "K": "k"},
@@ -859,6 +883,10 @@ def test_stage2_compiles_the_users_own_kernel(train_rows, tmp_path):
     assert min(out["n_regs"][:2]) > 0 and out["launches"][:2] == [1, 1]
     assert out["shared"][1] > out["shared"][0] > 0
     assert out["kept"] == 1 and out["stage2"] and out["stage2_kernel"] == "yours"
+    # Each config compiled with the block shape its pre_hook sets, on a copy of the caller's
+    # descriptor.
+    assert out["hooked_status"] == ["ok", "ok"] and out["caller_block"] == [8, 8]
+    assert out["hooked_shared"][1] > out["hooked_shared"][0] > 0
 
 
 def test_two_stage_falls_back_to_our_kernel(train_rows, monkeypatch, tmp_path):

@@ -90,9 +90,10 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
                           arch: int | None = None) -> pd.DataFrame:
     """Compiled features of the user's own kernel ``fn`` (a ``@triton.jit`` function, or the
     autotuner wrapping one) at each of ``configs`` (``triton.Config``), specialized on this
-    call's ``args`` exactly as the JIT would (``build.aot.specialize``), AOT-compiled for this
-    host's GPU arch (sm_90 without one) on the CPU: one row per config, in order, with
-    ``compile_status`` and ``COMPILED_FEATURES``. A config that does not compile gets its
+    call's ``args`` (after the config's ``pre_hook``, on copied descriptors) exactly as the JIT
+    would (``build.aot.specialize``), AOT-compiled for this host's GPU arch (sm_90 without
+    one) on the CPU: one row per config, in order, with ``compile_status`` and
+    ``COMPILED_FEATURES``. A config that does not compile gets its
     status (e.g. ``out_of_resources``). Raises when ``fn`` cannot be compiled here at all (not
     a JIT function, Triton's interpreter on, arguments it does not take, no config compiles):
     the caller then describes the configs with the family's own kernel (``compiled_table``)."""
@@ -109,6 +110,8 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
     jobs = []
     for config in configs:
         kwargs = {**taken, **dict(config.kwargs)}
+        if config.pre_hook is not None:  # e.g. descriptors' block shapes (Triton's tutorials)
+            kwargs = {k: v for k, v in _hooked(args, config).items() if k in jit.arg_names}
         for option in ("num_ctas", "maxnreg"):
             if getattr(config, option, None) is not None:
                 kwargs[option] = getattr(config, option)
@@ -127,6 +130,20 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
         raise RuntimeError(f"none of the {len(table)} configs compiled; the first: "
                            f"{table['compile_error'].iloc[0][:200]}")
     return table
+
+
+def _hooked(args: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    """The arguments as ``config.pre_hook`` leaves them before its launch, the hook run on
+    copies of host TensorDescriptors (configs side by side must not see each other's block
+    shapes), as the precompile does (``tune.precompile``)."""
+    import copy
+
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    full = {k: copy.copy(v) if isinstance(v, TensorDescriptor) else v for k, v in args.items()}
+    full.update(config.all_kwargs())
+    config.pre_hook(full)
+    return full
 
 
 def compiled_table(launch: Launch, params: Sequence[dict[str, Any]], *, cache_dir: Any,
