@@ -1,0 +1,175 @@
+"""Kernels written outside the project, timed over their whole config lists on the H200, and
+what the pruning hook keeps of each list under each ranking method (issue 18: the two stages).
+
+For every style of ``experiments/user_kernels.py`` (Triton tutorials 02, 03, 06, 09 and an
+Inductor softmax) and a few shapes: exhaustive ``triton.autotune`` with costtune's graph timing
+(``costtune.graph_bench``) gives every config's time, all configs compiled first in parallel
+(``costtune.tune.precompile``, forked processes); a spy pruner records the call's arguments.
+Then each method's pruner is called on those arguments, as Triton would call it, at
+top_k = 1, 4, 8, and scored by TenSet's ratio: the best time of the list over the best time
+among the kept. Methods: ``stage1`` (the default hook, static features), ``two_stage``
+(compiled features of the user's own kernel, blended at the shipped stage-1 weight),
+``two_stage:w0`` (the compiled booster alone) and ``two_stage:ours`` (compiled features of
+costtune's own kernel of the family at the same configs: the hook before this change).
+
+Writes ``$OUT/spaces.jsonl`` (every config's time per shape) and ``$OUT/methods.jsonl`` (one
+line per shape, method and k), line by line; a shape already in them is skipped (resumable).
+
+    python3 experiments/device/hook_user_spaces_h200.py --out $OUT [--budget-s 420]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+SHAPES = {
+    "tutorial03_matmul": [{"M": 2048, "N": 11008, "K": 4096}, {"M": 4096, "N": 4096, "K": 4096},
+                          {"M": 512, "N": 8192, "K": 8192}, {"M": 1024, "N": 5120, "K": 5120}],
+    "tutorial09_tma_matmul": [{"M": 4096, "N": 4096, "K": 4096},
+                              {"M": 2048, "N": 11008, "K": 4096}],
+    "tutorial06_attention": [{"B": 4, "H": 16, "S": 2048, "D": 64, "causal": 1},
+                             {"B": 2, "H": 16, "S": 4096, "D": 128, "causal": 0},
+                             {"B": 8, "H": 16, "S": 1024, "D": 128, "causal": 1}],
+    "inductor_softmax": [{"rows": 32768, "cols": 2048}, {"rows": 8192, "cols": 8192},
+                         {"rows": 4096, "cols": 30000}],
+    "tutorial02_softmax": [{"rows": 8192, "cols": 3000}, {"rows": 32768, "cols": 1024}],
+}
+METHODS = {"stage1": {}, "two_stage": {"two_stage": True},
+           "two_stage:w0": {"two_stage": True, "stage1_weight": 0.0},
+           "two_stage:ours": {"two_stage": True}}
+KS = (1, 4, 8)
+
+
+def configs_of(name: str) -> list:
+    if name == "tutorial03_matmul":  # the 328-config list of issue 20's figures
+        from experiments.cold_tune.cases import matmul_configs
+
+        return matmul_configs()
+    from user_kernels import STYLES
+
+    return STYLES[name].configs("gpu")
+
+
+def measure(name: str, problem: dict, configs: list) -> tuple[dict, dict, object]:
+    """Every config's time (ms, inf when it cannot run) and the call's arguments."""
+    import torch
+    import triton
+    from user_kernels import STYLES
+
+    import costtune
+    from costtune.tune.precompile import precompile
+
+    style = STYLES[name]
+    seen: dict = {}
+    holder: dict = {}
+
+    def spy(configs, named_args, **kwargs):
+        seen.update(named_args=dict(named_args), kwargs=dict(kwargs))
+        precompile(holder["tuner"], configs, named_args=named_args, kwargs=kwargs,
+                   mode="processes")
+        return configs
+
+    tuner = triton.autotune(configs, key=list(style.key), do_bench=costtune.graph_bench,
+                            prune_configs_by={"early_config_prune": spy})(style.kernel)
+    holder["tuner"] = tuner
+    inputs = style.make_inputs(problem, device="cuda", dtype=style.gpu_dtype)
+    out = style.launch(tuner, inputs)
+    torch.cuda.synchronize()
+    from user_kernels import relative_error
+
+    err = relative_error(out, style.reference(inputs))
+    times = {}
+    for config, t in tuner.configs_timings.items():
+        t = t[0] if isinstance(t, (list, tuple)) else t
+        times[str(config)] = float(t)
+    return {"times": times, "best_config_error": err}, seen, tuner
+
+
+def kept_by(method: str, family: str, k: int, configs: list, seen: dict, tuner) -> dict:
+    import costtune
+
+    options = METHODS[method]
+    pruner = costtune.prune_configs_by("h200", k, family=family, preload=False,
+                                       precompile=False, **options)["early_config_prune"]
+    pruner.kernel = tuner
+    start = time.perf_counter()
+    if method == "two_stage:ours":
+        with mock.patch("costtune.tune.ranking.kernel_compiled_table",
+                        side_effect=RuntimeError("forced: costtune's kernel")):
+            kept = pruner(configs, seen["named_args"], **seen["kwargs"])
+    else:
+        kept = pruner(configs, seen["named_args"], **seen["kwargs"])
+    last = pruner.last
+    return {"kept": [str(c) for c in kept], "prune_s": time.perf_counter() - start,
+            "stage2": bool(last.stage2), "stage2_kernel": last.stage2_kernel,
+            "read_as": f"{last.family} {last.problem}", "notes": [m for _, m in last.notes]}
+
+
+def done_shapes(path: Path) -> set:
+    if not path.exists():
+        return set()
+    return {(r["style"], json.dumps(r["problem"], sort_keys=True))
+            for r in map(json.loads, path.read_text().splitlines())}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--budget-s", type=float, default=420.0)
+    ap.add_argument("--styles", nargs="*", default=list(SHAPES))
+    args = ap.parse_args()
+    import torch
+    import triton
+    from user_kernels import STYLES
+
+    from costtune.env import environment
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    spaces, methods = args.out / "spaces.jsonl", args.out / "methods.jsonl"
+    done = done_shapes(methods)
+    env = environment(sm_clock=False)
+    start = time.perf_counter()
+    for name in args.styles:
+        configs = configs_of(name)
+        for problem in SHAPES[name]:
+            key = (name, json.dumps(problem, sort_keys=True))
+            if key in done:
+                continue
+            if time.perf_counter() - start > args.budget_s:
+                print(f"budget spent: {name} {problem} and later not run", flush=True)
+                return 0
+            t0 = time.perf_counter()
+            record, seen, tuner = measure(name, problem, configs)
+            with spaces.open("a") as f:
+                f.write(json.dumps({"style": name, "problem": problem, "n_configs": len(configs),
+                                    "seconds": time.perf_counter() - t0, **env, **record})
+                        + "\n")
+            times = record["times"]
+            best = min(times.values())
+            for method in METHODS:
+                for k in KS:
+                    got = kept_by(method, STYLES[name].family, k, configs, seen, tuner)
+                    got["score"] = best / min(times.get(c, float("inf")) for c in got["kept"])
+                    with methods.open("a") as f:
+                        f.write(json.dumps({"style": name, "problem": problem, "method": method,
+                                            "k": k, **got}) + "\n")
+            print(f"{name} {problem}: {len(configs)} configs in {time.perf_counter() - t0:.0f}"
+                  f" s, best {best:.4f} ms, error {record['best_config_error']:.2e}",
+                  flush=True)
+            del tuner
+            torch.cuda.empty_cache()
+    print("torch", torch.__version__, "triton", triton.__version__)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
