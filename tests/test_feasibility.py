@@ -343,7 +343,7 @@ def test_untrained_rule_holds_after_stage_two(monkeypatch):
     def untrained(p):
         return p["BLOCK_M"] * p["BLOCK_N"] > 256 * 32 * p["num_warps"]
 
-    def stage2(self, launch, params, features, keys, order, decision, notes):
+    def stage2(self, launch, params, features, keys, order, decision, notes, *_):
         first = [j for j in order if untrained(params[j])]  # wherever stage 1 ranked them
         decision.stage2 = True
         return np.array(first + [j for j in order if j not in first])

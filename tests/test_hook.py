@@ -912,3 +912,40 @@ def test_two_stage_falls_back_to_our_kernel(train_rows, monkeypatch, tmp_path):
     assert len(pruner(configs, args)) == 1
     assert pruner.last.stage2 and ours_compiled == [3]
     assert pruner.last.stage2_kernel.startswith("costtune's gemm (yours could not be compiled")
+
+
+def test_plain_hook_replaces_kept_configs_that_cannot_launch(monkeypatch):
+    """Under plain triton.autotune Triton launches a single kept config without benchmarking
+    it: a config whose precompile says it does not fit in shared memory (or fails to compile)
+    is replaced by the next one in ranked order, compiled in turn, so top_k=1 never hands
+    Triton a config that raises where exhaustive autotune works."""
+    import costtune.tune.precompile as module
+
+    calls = []
+
+    def fake_precompile(tuner, kept, *, outcomes=None, min_configs=2, **kw):
+        calls.append([config_key(c) for c in kept])
+        if outcomes is not None:  # the first config ranked does not fit
+            outcomes.extend("too_big" if len(calls) == 1 else "ok" for _ in kept)
+        return len(kept), len(kept)
+
+    monkeypatch.setattr(module, "precompile", fake_precompile)
+
+    @triton.jit
+    def oversized_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
+                         BK: tl.constexpr):
+        masked_tile_matmul(x, y, out, m, n, k, BM, BN, BK)
+
+    configs = [triton.Config({"BM": 32, "BN": bn, "BK": 32}, num_warps=4, num_stages=2)
+               for bn in (32, 64, 128)]
+    hook = costtune.prune_configs_by("h200", 1, family="gemm",
+                                     params={"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"})
+    tuner = triton.autotune(configs, key=["m", "n", "k"], prune_configs_by=hook,
+                            do_bench=Bench())(oversized_matmul)
+    used = launch_tile_matmul(tuner, 16, 128, 256)  # checked against torch
+    last = tuner.early_config_prune.last
+    first, second = last.ranked[:2]
+    assert calls == [[config_key(configs[first])], [config_key(configs[second])]]
+    assert last.kept == [config_key(configs[second])] and last.precompiled == (2, 2)
+    assert list(last.replaced.values()) == ["does not fit in shared memory"]
+    assert used == str(configs[second])

@@ -196,7 +196,8 @@ def _hooked(named_args: Mapping[str, Any], meta: Mapping[str, Any], config: Any)
 
 def precompiler(tuner: Any, option: Any) -> Any:
     """The pruner's after-prune step under plain ``triton.autotune``: compile the kept configs
-    in parallel before Triton benchmarks them one by one; None for no tuner, ``option``
+    in parallel before Triton benchmarks them one by one (``outcomes``, when given, receives
+    each config's: the pruner replaces those that cannot launch); None for no tuner, ``option``
     False (a ``precompile=`` value), or ``costtune.autotune``'s tuner (it precompiles what it
     benchmarks itself)."""
     parsed = parse_precompile(option)
@@ -205,9 +206,10 @@ def precompiler(tuner: Any, option: Any) -> Any:
     mode, count = parsed
 
     def run(kept: list[Any], named_args: Mapping[str, Any], kwargs: Mapping[str, Any],
-            family: str | None) -> tuple[int, int] | None:
+            family: str | None, outcomes: list | None = None) -> tuple[int, int] | None:
+        # One config too: what it compiles to says whether it can launch (``outcomes``).
         return precompile(tuner, kept, named_args=named_args, kwargs=kwargs, threads=count,
-                          mode=mode)
+                          mode=mode, outcomes=outcomes, min_configs=1)
 
     return run
 

@@ -143,18 +143,60 @@ class ConfigPruner:
         decision.warnings = warn_once(self._warned, notes,
                                       f"benchmarking {len(kept)} of {len(configs)} configs")
         decision.elapsed_ms = (time.perf_counter() - start) * 1e3
-        after = self.after_prune
+        after, plain = self.after_prune, False
         if after is None and self.precompile is not False:
-            after = precompiler(calling_tuner(), self.precompile)
+            after, plain = precompiler(calling_tuner(), self.precompile), True
         if after is not None:
             start = time.perf_counter()
             try:
-                decision.precompiled = after(kept, named_args, kwargs, decision.family)
+                if plain:  # under plain triton.autotune: nothing that cannot launch is kept
+                    kept = self._launchable(after, configs, order, kept, decision,
+                                            named_args, kwargs)
+                else:
+                    decision.precompiled = after(kept, named_args, kwargs, decision.family)
             except Exception:  # precompiling only saves time; Triton compiles what it lacks
                 pass
             decision.precompile_ms = (time.perf_counter() - start) * 1e3
         self.last = decision
         return kept
+
+    def _launchable(self, run: Callable[..., Any], configs: Sequence[Any], order: Any,
+                    kept: list[Any], decision: PruneDecision, named_args: Mapping[str, Any],
+                    kwargs: dict[str, Any]) -> list[Any]:
+        """Precompile ``kept`` (``run``: the precompiler) and replace each config whose compile
+        fails or needs more shared memory than this GPU has by the next in ranked order
+        (compiled in turn), as ``costtune.autotune`` replaces what fails: Triton launches a
+        single kept config without benchmarking it, and would raise. The kept list as it
+        stands when nothing can be told (no GPU: the precompile is skipped)."""
+        from costtune.tune.feasibility import config_text
+
+        good: list[int] = []
+        queue = [int(i) for i in order]
+        want, compiled, submitted = len(kept), 0, 0
+        while len(good) < want and queue:
+            batch, queue = queue[: want - len(good)], queue[want - len(good):]
+            outcomes: list = []
+            counts = run([configs[i] for i in batch], named_args, kwargs, decision.family,
+                         outcomes=outcomes)
+            if counts is None:  # not compiled here: keep them, Triton compiles as it would
+                good += batch
+                break
+            compiled, submitted = compiled + counts[0], submitted + counts[1]
+            outcomes += [None] * (len(batch) - len(outcomes))  # untold: as if it launches
+            for i, outcome in zip(batch, outcomes, strict=False):
+                if outcome in ("failed", "too_big"):
+                    decision.replaced[config_text(configs[i])] = (
+                        "does not fit in shared memory" if outcome == "too_big"
+                        else "failed to compile")
+                else:
+                    good.append(i)
+        if submitted:
+            decision.precompiled = (compiled, submitted)
+        if not good:  # nothing launches: Triton meets and reports the failure itself
+            return kept
+        decision.kept = [self._keys[i] for i in good] if len(self._keys) == len(configs) \
+            else decision.kept
+        return [configs[i] for i in good]
 
     def config_keys(self, configs: Sequence[Any]) -> np.ndarray:
         """Canonical keys of ``configs`` (the tie-break order)."""
