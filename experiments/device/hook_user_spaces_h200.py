@@ -10,7 +10,10 @@ top_k = 1, 4, 8, and scored by TenSet's ratio: the best time of the list over th
 among the kept. Methods: ``stage1`` (the default hook, static features), ``two_stage``
 (compiled features of the user's own kernel, blended at the shipped stage-1 weight),
 ``two_stage:w0`` (the compiled booster alone) and ``two_stage:ours`` (compiled features of
-costtune's own kernel of the family at the same configs: the hook before this change).
+costtune's own kernel of the family at the same configs: the hook before this change); and,
+through ``triton.autotune`` itself with the hook (``autotune:stage1``, ``autotune:two_stage``):
+the config Triton picks (after the hook's precompile replaced what cannot launch), scored the
+same way against the same call's exhaustive times.
 
 Writes ``$OUT/spaces.jsonl`` (every config's time per shape) and ``$OUT/methods.jsonl`` (one
 line per shape, method and k), line by line; a shape already in them is skipped (resumable).
@@ -46,6 +49,9 @@ SHAPES = {
 METHODS = {"stage1": {}, "two_stage": {"two_stage": True},
            "two_stage:w0": {"two_stage": True, "stage1_weight": 0.0},
            "two_stage:ours": {"two_stage": True}}
+# Through triton.autotune itself, as a user runs it: the hook prunes, precompiles (and
+# replaces what cannot launch), Triton benchmarks the kept configs and launches its pick.
+TUNED = {"autotune:stage1": {}, "autotune:two_stage": {"two_stage": True}}
 KS = (1, 4, 8)
 
 
@@ -114,6 +120,34 @@ def kept_by(method: str, family: str, k: int, configs: list, seen: dict, tuner) 
             "read_as": f"{last.family} {last.problem}", "notes": [m for _, m in last.notes]}
 
 
+def tuned_by(method: str, name: str, k: int, configs: list, inputs: dict) -> dict:
+    """A fresh ``triton.autotune`` with the hook at ``k``: the config Triton picked (None when
+    the launch raised) and what the hook kept and replaced."""
+    import torch
+    import triton
+    from user_kernels import STYLES
+
+    import costtune
+
+    style = STYLES[name]
+    hook = costtune.prune_configs_by("h200", k, family=style.family, preload=False,
+                                     **TUNED[method])
+    tuner = triton.autotune(configs, key=list(style.key), do_bench=costtune.graph_bench,
+                            prune_configs_by=hook)(style.kernel)
+    start = time.perf_counter()
+    try:
+        style.launch(tuner, inputs)
+        torch.cuda.synchronize()
+        picked, error = str(tuner.best_config), None
+    except Exception as exc:  # what a user would meet
+        picked, error = None, f"{type(exc).__name__}: {str(exc)[:300]}"
+    last = hook["early_config_prune"].last
+    return {"picked": picked, "error": error, "tune_s": time.perf_counter() - start,
+            "kept": list(last.kept) if last else None,
+            "replaced": dict(last.replaced) if last else None,
+            "stage2_kernel": last.stage2_kernel if last else None}
+
+
 def done_shapes(path: Path) -> set:
     if not path.exists():
         return set()
@@ -159,6 +193,16 @@ def main() -> int:
                 for k in KS:
                     got = kept_by(method, STYLES[name].family, k, configs, seen, tuner)
                     got["score"] = best / min(times.get(c, float("inf")) for c in got["kept"])
+                    with methods.open("a") as f:
+                        f.write(json.dumps({"style": name, "problem": problem, "method": method,
+                                            "k": k, **got}) + "\n")
+            inputs = STYLES[name].make_inputs(problem, device="cuda",
+                                              dtype=STYLES[name].gpu_dtype)
+            for method in TUNED:
+                for k in KS:
+                    got = tuned_by(method, name, k, configs, inputs)
+                    got["score"] = (best / times[got["picked"]] if got["picked"] in times
+                                    else 0.0)
                     with methods.open("a") as f:
                         f.write(json.dumps({"style": name, "problem": problem, "method": method,
                                             "k": k, **got}) + "\n")
