@@ -65,6 +65,9 @@ CPU = [
     ("cold_tune", ["cold_tune.report"],
      "GPU-measured cold first call by phase on user kernels (report from raw runs)",
      "cold_tune"),
+    ("hook_user_spaces", ["hook_user_spaces"],
+     "the hook's ranking methods on user kernels timed whole (report from raw runs)",
+     "hook_user_spaces"),
     ("dask_scaling", ["dask_scaling.report"],
      "Dask collection scaling over GPUs (report from raw runs)", "dask_scaling"),
     ("compile_scaling", ["compile_scaling", "report"],
@@ -84,6 +87,8 @@ GPU_ONLY = [
     ("python -m experiments.compile_scaling run", "compile throughput vs pool processes"),
     ("python -m experiments.gpu_resource_check run", "what the GPU reports for compiled kernels"),
     ("python experiments/device/collect_all.py run", "the H200 dataset's collection"),
+    ("python experiments/device/hook_user_spaces_h200.py --out DIR",
+     "user kernels timed whole, and what each ranking method keeps"),
 ]
 SKIPPED = 3  # a script's exit status for "inputs missing, nothing measured"
 

@@ -135,3 +135,19 @@ def test_loio_replays_the_hooks_two_stages():
         2, 1, 0, 3, 4, 5]
     assert loio.two_stage_name("static/family", "static+compiled/all", 0.5) == (
         "two-stage: static/family -> static+compiled/all, w=0.5")
+
+
+def test_hook_user_spaces_report_rebuilds_the_committed_csv(tmp_path):
+    """The H200 records of the user kernels' whole lists give back the committed per-shape
+    scores; a kept config that cannot launch scores 0, and the report names what the plain
+    hook replaced."""
+    report = _experiment("hook_user_spaces")
+    assert report.main(["--out", str(tmp_path)]) == 0
+    new = pd.read_csv(tmp_path / "hook_user_spaces.csv")
+    pd.testing.assert_frame_equal(new, pd.read_csv(EXPERIMENTS / "results" /
+                                                   "hook_user_spaces.csv"))
+    tma = new[new["style"] == "tutorial09_tma_matmul"]
+    assert (tma["stage1 k=1"] == 0).all() and (tma["autotune:stage1 k=1"] > 0.9).all()
+    assert "(does not fit in shared memory)" in (tmp_path / "hook_user_spaces.md").read_text()
+    with pytest.raises(SystemExit, match="no methods_"):
+        report.main(["--raw", str(tmp_path)])

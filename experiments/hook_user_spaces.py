@@ -1,0 +1,124 @@
+"""Research question: how well does the pruning hook rank kernels written outside the project,
+and what do its two stages add there? (issue 18; measured on the H200, reported on the CPU)
+
+Reads the raw records of ``experiments/device/hook_user_spaces_h200.py`` (every config of each
+user-style kernel timed at a few shapes, and what each ranking method keeps) from
+``experiments/results/raw/hook_user_spaces/`` and writes
+``experiments/results/hook_user_spaces.{md,csv}``: per method and k, the TenSet ratio best
+time of the whole list / best time among the kept (1.0: the list's best was kept), per shape
+and summarised (mean, min), with the seconds the pruning took.
+
+    python -m experiments.hook_user_spaces [--raw experiments/results/raw/hook_user_spaces]
+        [--call call2_<commit>] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pandas as pd  # noqa: E402
+
+from experiments import harness  # noqa: E402
+
+QUESTION = "hook_user_spaces"
+RAW = harness.RAW / QUESTION
+ORDER = ["stage1", "two_stage", "two_stage:w0", "two_stage:ours", "autotune:stage1",
+         "autotune:two_stage"]
+
+
+def latest_call(raw: Path) -> str:
+    """The suffix of the newest call's files (``methods_<call>.jsonl``), by name order."""
+    calls = sorted(p.stem.removeprefix("methods_") for p in raw.glob("methods_*.jsonl"))
+    if not calls:
+        raise SystemExit(f"{QUESTION}: no methods_*.jsonl under {raw}")
+    return calls[-1]
+
+
+def load(raw: Path, call: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    methods = pd.read_json(raw / f"methods_{call}.jsonl", lines=True)
+    spaces = pd.read_json(raw / f"spaces_{call}.jsonl", lines=True)
+    for df in (methods, spaces):
+        df["shape"] = df["problem"].map(lambda p: "x".join(str(v) for v in p.values()))
+    return methods, spaces
+
+
+def tables(methods: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    names = [m for m in ORDER if m in set(methods["method"])]
+    per_shape = methods.pivot_table(index=["style", "shape"], columns=["method", "k"],
+                                    values="score").reindex(columns=names, level=0)
+    seconds = "prune_s" if "prune_s" in methods else None
+    agg = {"mean": ("score", "mean"), "min": ("score", "min"),
+           "shapes": ("score", "size")}
+    if seconds:
+        agg["prune_s_max"] = (seconds, "max")
+    summary = methods.groupby(["method", "k"]).agg(**agg).reset_index()
+    summary["method"] = pd.Categorical(summary["method"], names, ordered=True)
+    return per_shape, summary.sort_values(["method", "k"])
+
+
+def report(methods: pd.DataFrame, spaces: pd.DataFrame, call: str) -> list[str]:
+    per_shape, summary = tables(methods)
+    first = spaces.iloc[0]
+    flat = per_shape.copy()
+    flat.columns = [f"{m} k={k}" for m, k in flat.columns]
+    kernels = (methods[methods["method"] == "two_stage"].groupby("style")["stage2_kernel"]
+               .first().fillna("-"))
+    replaced = methods[methods["replaced"].map(lambda r: bool(r) if isinstance(r, dict)
+                                               else False)] if "replaced" in methods else []
+    lines = ["# The hook on kernels written outside the project (H200)", "",
+             f"- Measured: {first.get('gpu')}, torch {first.get('torch')}, triton "
+             f"{first.get('triton')}, costtune {str(first.get('costtune_commit'))[:7]}, "
+             f"{first.get('date')}; device call `{call}`: `COSTTUNE_COMMIT=<commit> bash "
+             "experiments/device/call_hook_spaces_h200.sh` "
+             "(`experiments/device/hook_user_spaces_h200.py`); raw records in "
+             f"`results/raw/{QUESTION}/`.",
+             harness.provenance(), "",
+             "Kernels in the styles of Triton's tutorials 02 (softmax), 03 (matmul, the "
+             "328-config list), 06 (fused attention, descriptors set in a pre_hook), 09 (TMA "
+             "persistent matmul) and of an Inductor softmax (`experiments/user_kernels.py`), "
+             "none in any training data. Each list timed whole (CUDA-graph replay, L2 flushed, "
+             "every config compiled first), then each method's kept list scored: best time of "
+             "the list / best time among the kept (1.0: the best was kept; 0: only configs that "
+             "cannot run were kept). `stage1`: the default hook (static features); `two_stage`: "
+             "compiled features of the user's own kernel at each config, blended at the "
+             "shipped stage-1 weight; `two_stage:w0`: the compiled booster alone; "
+             "`two_stage:ours`: compiled features of costtune's own kernel of the family (the "
+             "hook before 2026-12-02); `autotune:*`: a fresh `triton.autotune` with the hook, "
+             "scored by the config Triton picked (the hook's precompile replaces kept configs "
+             "that cannot launch).", "",
+             "## Summary over shapes", "", harness.md_table(summary, floatfmt=".3f"), "",
+             "## Per shape", "", harness.md_table(flat.reset_index(), floatfmt=".3f"), "",
+             "Stage 2 compiled: " + ", ".join(f"{s} {v}" for s, v in kernels.items()) + ".", ""]
+    if len(replaced):
+        lines += ["Kept configs the hook replaced (they cannot launch):", ""]
+        lines += [f"- {r.style} {r.shape} {r.method} k={r.k}: " + "; ".join(
+            f"{c} ({why})" for c, why in r.replaced.items()) for r in replaced.itertuples()]
+        lines.append("")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--raw", type=Path, default=RAW)
+    ap.add_argument("--call", default=None, help="which call's files (default: the newest)")
+    ap.add_argument("--out", type=Path, default=None, help="results folder")
+    args = ap.parse_args(argv)
+    call = args.call or latest_call(args.raw)
+    methods, spaces = load(args.raw, call)
+    lines = report(methods, spaces, call)
+    per_shape, _ = tables(methods)
+    flat = per_shape.copy()
+    flat.columns = [f"{m} k={k}" for m, k in flat.columns]
+    md = harness.write_report(QUESTION, lines, flat.reset_index(), out=args.out)
+    print("\n".join(lines))
+    print(f"wrote {harness.relative(md)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
