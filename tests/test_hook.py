@@ -847,6 +847,28 @@ copy_table = kernel_compiled_table(tile_copy, {"desc": desc, "out": torch.empty(
 out["hooked_status"] = copy_table["compile_status"].tolist()
 out["hooked_shared"] = copy_table["shared_bytes"].tolist()
 out["caller_block"] = list(desc.block_shape)
+
+
+@triton.heuristics({"EVEN_K": lambda a: a["k"] % a["BK"] == 0})
+@triton.jit
+def even_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                EVEN_K: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k0 in range(0, k, BK):
+        kk = k0 + tl.arange(0, BK)
+        if EVEN_K:
+            a = tl.load(x + rm[:, None] * k + kk[None, :])
+        else:
+            a = tl.load(x + rm[:, None] * k + kk[None, :], mask=kk[None, :] < k, other=0.0)
+        acc += tl.dot(a, tl.load(y + kk[:, None] * n + rn[None, :]))
+    tl.store(out + rm[:, None] * n + rn[None, :], acc)
+
+
+even = kernel_compiled_table(even_matmul, args, configs[:2], cache_dir=sys.argv[2], workers=2,
+                             memo={}, arch=90)
+out["heuristics_status"] = even["compile_status"].tolist()
 model = CostModel.load(sys.argv[1])
 pruner = costtune.prune_configs_by(
     model, 1, family="gemm", problem={"M": "m", "N": "n", "K": "k"},
@@ -887,6 +909,7 @@ def test_stage2_compiles_the_users_own_kernel(train_rows, tmp_path):
     # descriptor.
     assert out["hooked_status"] == ["ok", "ok"] and out["caller_block"] == [8, 8]
     assert out["hooked_shared"][1] > out["hooked_shared"][0] > 0
+    assert out["heuristics_status"] == ["ok", "ok"]  # EVEN_K from its @triton.heuristics
 
 
 def test_two_stage_falls_back_to_our_kernel(train_rows, monkeypatch, tmp_path):

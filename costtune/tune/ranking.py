@@ -89,14 +89,15 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
                           cache_dir: Any, workers: int | None, memo: dict,
                           arch: int | None = None) -> pd.DataFrame:
     """Compiled features of the user's own kernel ``fn`` (a ``@triton.jit`` function, or the
-    autotuner wrapping one) at each of ``configs`` (``triton.Config``), specialized on this
-    call's ``args`` (after the config's ``pre_hook``, on copied descriptors) exactly as the JIT
-    would (``build.aot.specialize``), AOT-compiled for this host's GPU arch (sm_90 without
-    one) on the CPU: one row per config, in order, with ``compile_status`` and
-    ``COMPILED_FEATURES``. A config that does not compile gets its
-    status (e.g. ``out_of_resources``). Raises when ``fn`` cannot be compiled here at all (not
-    a JIT function, Triton's interpreter on, arguments it does not take, no config compiles):
-    the caller then describes the configs with the family's own kernel (``compiled_table``)."""
+    autotuner wrapping one; ``@triton.heuristics`` values are added as its launch adds them) at
+    each of ``configs`` (``triton.Config``), specialized on this call's ``args`` (after the
+    config's ``pre_hook``, on copied descriptors) exactly as the JIT would
+    (``build.aot.specialize``), AOT-compiled for this host's GPU arch (sm_90 without one) on
+    the CPU: one row per config, in order, with ``compile_status`` and ``COMPILED_FEATURES``.
+    A config that does not compile gets its status (e.g. ``out_of_resources``). Raises when
+    ``fn`` cannot be compiled here at all (not a JIT function, Triton's interpreter on,
+    arguments it does not take, no config compiles): the caller then describes the configs
+    with the family's own kernel (``compiled_table``)."""
     from costtune.build.aot import jit_function, specialize
     from costtune.build.threads import interpreting
     from costtune.features.compiled import COMPILED_FEATURES, _row_features, compile_jobs
@@ -105,6 +106,7 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
     if interpreting():
         raise RuntimeError("Triton's interpreter is on: no kernel compiles in this process")
     jit = jit_function(fn)
+    heuristics = _heuristics(fn)
     taken = {k: v for k, v in args.items() if k in jit.arg_names}
     arch = arch or current_arch()
     jobs = []
@@ -112,6 +114,8 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
         kwargs = {**taken, **dict(config.kwargs)}
         if config.pre_hook is not None:  # e.g. descriptors' block shapes (Triton's tutorials)
             kwargs = {k: v for k, v in _hooked(args, config).items() if k in jit.arg_names}
+        for name, rule in heuristics:  # @triton.heuristics values, as its run adds them
+            kwargs[name] = rule({**args, **kwargs})
         for option in ("num_ctas", "maxnreg"):
             if getattr(config, option, None) is not None:
                 kwargs[option] = getattr(config, option)
@@ -130,6 +134,20 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
         raise RuntimeError(f"none of the {len(table)} configs compiled; the first: "
                            f"{table['compile_error'].iloc[0][:200]}")
     return table
+
+
+def _heuristics(fn: Any) -> list[tuple[str, Any]]:
+    """(name, rule) of every ``@triton.heuristics`` between ``fn`` and its JIT function, outer
+    first (Triton's ``Heuristics.run`` adds each value before calling what it wraps)."""
+    from triton.runtime.autotuner import Heuristics
+    from triton.runtime.jit import JITFunction
+
+    out = []
+    while fn is not None and not isinstance(fn, JITFunction):
+        if isinstance(fn, Heuristics):
+            out += list(fn.values.items())
+        fn = getattr(fn, "fn", None)
+    return out
 
 
 def _hooked(args: Mapping[str, Any], config: Any) -> dict[str, Any]:
