@@ -205,3 +205,60 @@ def test_train_on_a_harvest_without_source_hashes_trains_a_family_model(home, tm
     model = CostModel.load(out)
     assert model.families_ == ["gemm"] and set(model.shape_ranges_["gemm"]) == {"M", "N", "K"}
     assert not (home / "kernels").exists()
+
+
+def _fake_user_compile(fn, args, configs, **kw):
+    """Compiled features of the user's kernel as kernel_compiled_table gives them (the
+    interpreter compiles nothing): registers grow with the tile."""
+    import pandas as pd
+
+    from costtune.features.compiled import COMPILED_FEATURES
+
+    table = pd.DataFrame(0.0, index=range(len(configs)), columns=COMPILED_FEATURES)
+    table["n_regs"] = [c.kwargs["BM"] * c.kwargs["BN"] / c.num_warps for c in configs]
+    table.insert(0, "compile_key", [str(c) for c in configs])
+    table.insert(0, "compile_s", 0.1)
+    table.insert(0, "compile_error", "")
+    table.insert(0, "compile_status", "ok")
+    return table
+
+
+def test_two_stage_learns_its_compiled_model_too(home, tmp_path, monkeypatch):
+    """learn=True with two_stage=True: the stage-2 model learns from the same rows with the
+    user's kernel's compiled features (the folder's stage2/), and the next tuning call of the
+    kernel re-ranks with it."""
+    from costtune.features.compiled import COMPILED_FEATURES
+    from costtune.tune.learn import STAGE2
+
+    monkeypatch.setattr("costtune.tune.ranking.kernel_compiled_table", _fake_user_compile)
+    df = costtune.load_dataset(DATASET, kernel="gemm")
+    rows = df[df["workload"].isin(sorted(df["workload"].unique())[:4])]
+    table = _fake_user_compile(None, None, [])  # the columns, to fit a small stage-2 model
+    compiled = rows.drop_duplicates(["workload", "config"])[["workload", "config"]].assign(
+        compile_status="ok", **{c: 1.0 for c in COMPILED_FEATURES})
+    assert set(table.columns) - set(compiled.columns) <= {"compile_error", "compile_key",
+                                                          "compile_s"}
+    stage2 = CostModel(features="static+compiled", family="gemm", n_estimators=5,
+                       max_depth=3).fit(rows, compiled=compiled)
+    path = str(stage2.save(tmp_path / "stage2_small"))
+    first = run(tuner(StepBench(), learn=True, two_stage=True, stage2_model=path, shortlist=8,
+                      top_k=2))
+    folder = first.learner.folder()
+    assert len(first.learner.updated) == 2, first.learner.skipped
+    assert first.learner.updated[1].parent == folder / STAGE2
+    learned = read_rows(folder / STAGE2)
+    assert len(learned) == len(read_rows(folder)) == 2 and (learned["n_regs"] > 0).all()
+    assert current_model(folder / STAGE2)[1]["base"] == path
+    assert first.early_config_prune.last.stage2_model == path  # nothing learned yet
+    second = run(tuner(StepBench(), learn=True, two_stage=True, stage2_model=path,
+                       shortlist=8, top_k=2), 64, 64, 64)
+    assert second.early_config_prune.last.stage2_model == str(first.learner.updated[1])
+
+
+def test_two_stage_learning_is_skipped_where_nothing_compiles(home):
+    """Under the interpreter the user's kernel does not compile: stage 1 learns, stage 2 is
+    skipped with its reason (no warning)."""
+    first = run(tuner(StepBench(), learn=True, two_stage=True, top_k=2))
+    assert len(first.learner.updated) == 1
+    assert any(s.startswith("stage 2: RuntimeError: Triton's interpreter")
+               for s in first.learner.skipped)

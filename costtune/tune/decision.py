@@ -33,6 +33,7 @@ class PruneDecision:
     stage2: bool = False
     # Whose kernel stage 2 compiled: "yours", or costtune's own and why yours was not.
     stage2_kernel: str | None = None
+    stage2_model: str | None = None  # the stage-2 model used: a name, or the learned file
     fallbacks: list[str] = field(default_factory=list)  # categories that applied
     notes: list[tuple[str, str]] = field(default_factory=list)  # (category, message) of each
     precompiled: tuple[int, int] | None = None  # (compiled, submitted) by costtune.autotune

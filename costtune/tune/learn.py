@@ -24,7 +24,9 @@ from typing import Any
 
 from costtune.tune.harvest import source_hash
 
-__all__ = ["Learner", "source_hash"]
+__all__ = ["STAGE2", "Learner", "source_hash"]
+
+STAGE2 = "stage2"  # the kernel folder's sub-folder for its stage-2 (compiled) model
 
 
 class Learner:
@@ -55,6 +57,48 @@ class Learner:
             self._gpu = current_gpu() or "cpu"  # what harvest records without a GPU
         return kernel_dir(self.name, self.hash, self._gpu)
 
+    def _record_stage2(self, tuner: Any, args: tuple, kwargs: dict[str, Any], rows: Any,
+                       family: str) -> Path | None:
+        """With ``two_stage``: the stage-2 model learns from the same rows too, with the
+        compiled features of the user's kernel at each benchmarked config (its folder's
+        ``stage2/``). Skipped, and said in ``skipped``, where the kernel cannot be compiled
+        here (Triton's interpreter) or the stage-2 model was given as an object."""
+        import pandas as pd
+
+        from costtune.model.features import COMPILE_OK
+        from costtune.model.learned import update
+        from costtune.model.registry import default_stage2
+        from costtune.tune.launch import call_args
+        from costtune.tune.ranking import kernel_compiled_table
+
+        pruner = tuner.early_config_prune
+        if not getattr(pruner, "two_stage", False):
+            return None
+        source = (pruner.stage2_model if pruner.stage2_model is not None
+                  else default_stage2(pruner.model))
+        if not isinstance(source, str | os.PathLike):
+            self.skipped.append("stage 2: the model was given as an object")
+            return None
+        configs = list(tuner.configs_timings)
+        try:
+            table = kernel_compiled_table(tuner, call_args(dict(zip(tuner.arg_names, args)),
+                                                           kwargs),
+                                          configs, cache_dir=pruner.cache_dir,
+                                          workers=pruner.workers, memo=pruner._compiled)
+        except Exception as exc:
+            self.skipped.append(f"stage 2: {type(exc).__name__}: {exc}")
+            return None
+        if len(table) != len(rows):
+            self.skipped.append("stage 2: rows and compiled configs differ")
+            return None
+        table[COMPILE_OK] = (table["compile_status"] == "ok").astype(float)
+        table = table.drop(columns=["compile_error", "compile_key", "compile_s"])
+        learned = pd.concat([rows.reset_index(drop=True), table.reset_index(drop=True)],
+                            axis=1)
+        path = update(self.folder() / STAGE2, learned, base=os.fspath(source), family=family)
+        self.updated.append(path)
+        return path
+
     def record(self, tuner: Any, args: tuple, kwargs: dict[str, Any]) -> Path | None:
         """Learn from the tuning ``tuner.run(*args, **kwargs)`` just did; never raises."""
         from costtune.tune.harvest import tuning_rows
@@ -77,6 +121,7 @@ class Learner:
                                                          kernel_hash=self.hash)
             path = update(self.folder(), rows, base=self.model, family=family)
             self.updated.append(path)
+            self._record_stage2(tuner, args, kwargs, rows, family)
             return path
         except Exception as exc:  # learning only helps later calls; never break this one
             from costtune.tune.decision import warn

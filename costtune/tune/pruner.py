@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,7 @@ from costtune.tune.launch import (
     describe,
     family_params,
 )
+from costtune.tune.learn import STAGE2
 from costtune.tune.precompile import parse_precompile, precompiler
 from costtune.tune.preload import preload as start_preload
 from costtune.tune.preload import wait as wait_for_preload
@@ -373,8 +375,9 @@ class ConfigPruner:
         )
 
         source = default_stage2(self.model) if self.stage2_model is None else self.stage2_model
-        try:
-            model = load_noted(source, launch.family, compact=True)[0]
+        try:  # the kernel's own stage-2 model when learn=True taught one (tune.learn)
+            learned_dir = None if self.kernel_dir is None else Path(self.kernel_dir) / STAGE2
+            model = load_noted(source, launch.family, kernel_dir=learned_dir, compact=True)[0]
         except Exception as exc:
             notes.append(("two_stage", f"no stage-2 model {source!r} ({exc}); stage 2 skipped"))
             return order
@@ -403,7 +406,10 @@ class ConfigPruner:
             decision.stage2_kernel = (f"costtune's {launch.family} (yours could not be "
                                       f"compiled here: {type(exc).__name__}: "
                                       f"{str(exc)[:200]})")
-        weight = stage1_weight(source, launch.family, self.stage1_weight)
+        learned = getattr(model, "learned_path_", None)
+        decision.stage2_model = learned or str(source)[:80]
+        weight = (0.0 if learned and self.stage1_weight is None
+                  else stage1_weight(source, launch.family, self.stage1_weight))
         sub = stage2_order(model, features.iloc[short], table=table, keys=keys[short],
                            stage1=stage1[short], weight=weight)
         decision.stage2 = True
