@@ -50,3 +50,25 @@ def test_ceiling_refits_on_the_whole_pool_and_is_reported_apart(case):
 
 def test_no_ceiling_without_a_pool(case):
     assert lc.ceiling({**case, "pool": case["pool"].iloc[:0]}, trees=5) == []
+
+
+def test_stage2_curve_learns_both_models_from_one_harvest(case):
+    """experiments.learning_curve_stage2: at every N the static model, the compiled-feature
+    model (trained on every other implementation, here the cut case's) and the hook's two
+    stages over them are scored on the same test rows; the report reads N = 2."""
+    from experiments import learning_curve_stage2 as lc2
+    from experiments.loio import with_tables
+
+    raw = costtune.load_dataset(harness.DATASET, kernel="softmax")
+    df = lc.with_implementation(with_tables(raw, harness.DATASET))  # as its main() does
+    cut = {k: (df[df["workload"].isin(case[k]["workload"])]
+               if k in ("train", "pool", "test") else v) for k, v in case.items()}
+    assert cut["pool"]["n_regs"].notna().all()  # the held-out kernel's own compiled features
+    records = lc2.curve(cut, cut["train"], seeds=1, shapes=[0, 2])
+    assert [(r["n_shapes"], r["method"]) for r in records] == [
+        (n, m) for n in (0, 2) for m in ("stage 1", "stage 2", "two-stage")]
+    for r in records:
+        assert 0 < r["top1"] <= r["top4"] <= r["top8"] <= 1.0
+    lines = lc2.report(pd.DataFrame(records), n_rows=1, seeds=1, seconds=1.0)
+    goal = [line for line in lines if line.startswith("- softmax_onepass: stage 1 ")]
+    assert len(goal) == 1 and "two-stage" in goal[0]

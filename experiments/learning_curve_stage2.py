@@ -1,0 +1,146 @@
+"""Learning the user's kernel with compiled features: does a harvest teach stage 2 faster?
+
+The replay of ``experiments/learning_curve.py`` (held-out implementations, N = 0, 1, 2, 4, 8
+exhaustively harvested train-suite shapes, continued training as ``learn=True`` does, scored
+on the held-out test suite), with the compiled-feature model learned beside the static one:
+
+- ``stage 1``: the static model (the family's shipped stage-1 kind) updated on the harvest,
+  ranking every config: the learning curve's own rows;
+- ``stage 2``: a static+compiled booster for all families (the kind ``h200_compiled`` is),
+  trained on every other implementation, updated on the harvest with the held-out kernel's own
+  compiled features, ranking every config;
+- ``two-stage``: what the hook does with both learned models: the best ``SHORTLIST`` by the
+  learned stage 1, ordered by the learned stage 2 alone (stage-1 weight 0,
+  ``experiments.loio.two_stage_order``).
+
+Writes experiments/results/learning_curve_stage2.{md,csv}.
+
+    python -m experiments.learning_curve_stage2 [--seeds 3] [--shapes 0 1 2 4 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from costtune.evaluate import default_model  # noqa: E402
+from costtune.evaluate.metrics import topk_scores, topk_table, workload_positions  # noqa: E402
+from costtune.features.static import static_features  # noqa: E402
+from costtune.model.learned import fit_update  # noqa: E402
+from experiments import harness  # noqa: E402
+from experiments import learning_curve as lc  # noqa: E402
+from experiments.loio import SHORTLIST, two_stage_order, with_tables  # noqa: E402
+
+QUESTION = "learning_curve_stage2"
+KS = (1, 4, 8)
+
+
+def scores_of(test: pd.DataFrame, rankings: dict) -> dict:
+    return topk_scores(topk_table(test, rankings, ks=KS), ks=KS, worst=(8,))
+
+
+def rank_all(test: pd.DataFrame, s: np.ndarray, keys: np.ndarray) -> dict:
+    from costtune.evaluate.metrics import rank_positions
+
+    return {w: p[rank_positions(s[p], keys[p])] for w, p in workload_positions(test).items()}
+
+
+def rank_two(test: pd.DataFrame, s1: np.ndarray, s2: np.ndarray, keys: np.ndarray) -> dict:
+    return {w: p[two_stage_order(s1[p], s2[p], keys[p], weight=0.0, shortlist=SHORTLIST)]
+            for w, p in workload_positions(test).items()}
+
+
+def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int]) -> list[dict]:
+    family, test = case["family"], case["test"].reset_index(drop=True)
+    if case["train"].empty or case["pool"].empty or test.empty:
+        return []
+    base1 = default_model(family=family, features=lc.shipped_features(family)).fit(
+        case["train"])
+    base2 = default_model(family="all", features="static+compiled").fit(others)
+    feats = static_features(test)
+    keys = test["config"].astype(str).to_numpy()
+    workloads = sorted(case["pool"]["workload"].unique())
+    out = []
+    for seed in range(seeds):
+        order = list(np.random.default_rng(seed).permutation(workloads))
+        for n in shapes:
+            if n > len(order):
+                continue
+            taken = case["pool"][case["pool"]["workload"].isin(order[:n])]
+            m1 = fit_update(base1, taken) if n else base1
+            m2 = fit_update(base2, taken) if n else base2
+            s1 = lc.model_scores(m1, test, feats)
+            s2 = np.asarray(m2.predict(test), dtype=float)
+            for method, rankings in (("stage 1", rank_all(test, s1, keys)),
+                                     ("stage 2", rank_all(test, s2, keys)),
+                                     ("two-stage", rank_two(test, s1, s2, keys))):
+                out.append({"family": family, "held_out": case["held_out"], "seed": seed,
+                            "n_shapes": n, "method": method,
+                            **scores_of(test, rankings)})
+    return out
+
+
+def report(table: pd.DataFrame, *, n_rows: int, seeds: int, seconds: float) -> list[str]:
+    mean = (table.groupby(["family", "held_out", "method", "n_shapes"])
+            [["top1", "top4", "top8", "worst8"]].mean().reset_index())
+    at2 = mean[mean["n_shapes"] == 2].pivot_table(index=["family", "held_out"],
+                                                  columns="method", values=["top1", "top4"])
+    at2.columns = [f"{m} {metric}" for metric, m in at2.columns]
+    goal = [f"- {h}: " + "; ".join(
+        f"{m} {r[f'{m} top1']:.3f} / {r[f'{m} top4']:.3f}"
+        + (" (met)" if r[f"{m} top1"] >= lc.GOAL["top1"] and r[f"{m} top4"] >= lc.GOAL["top4"]
+           else "") for m in ("stage 1", "stage 2", "two-stage"))
+        for (_, h), r in at2.iterrows()]
+    return ["# Learning curve with compiled features (held-out implementations)", "",
+            harness.provenance(dataset=harness.DATASET, n_rows=n_rows), "",
+            "- Protocol: `experiments/learning_curve.py`'s replay (exhaustive harvest, "
+            f"continued training with `costtune.model.learned.fit_update`, {seeds} seeds, "
+            "means shown), with a static+compiled booster for all families (trained on every "
+            "other implementation's train suite) learned beside the static stage-1 model from "
+            "the same harvested rows and their compiled features (the held-out kernel's own, "
+            "datasets/h200's feature tables). `two-stage`: the best "
+            f"{SHORTLIST} by the learned stage 1, ordered by the learned stage 2 alone.",
+            f"- Runtime {seconds:.0f} s on this machine.", "",
+            f"## After 2 harvested shapes: top1 / top4 (goal {lc.GOAL['top1']} / "
+            f"{lc.GOAL['top4']})", "", *goal, "",
+            "## Mean over seeds", "", harness.md_table(mean, floatfmt=".4f"), ""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--shapes", type=int, nargs="+", default=[0, 1, 2, 4, 8])
+    ap.add_argument("--dataset", type=Path, default=harness.DATASET)
+    ap.add_argument("--out", type=Path, default=None, help="results folder")
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
+    raw = harness.load_dataset(args.dataset)
+    df = lc.with_implementation(with_tables(raw, args.dataset))
+    found, protocol = lc.cases(df)
+    if protocol.startswith("FALLBACK"):
+        print("no held-out implementation in the data: nothing to replay")
+        return 3
+    records = []
+    for case in found:
+        print(f"== {case['family']}: held out {case['held_out']}", flush=True)
+        others = df[(df["implementation"] != case["held_out"]) & (df["suite"] == "train")]
+        records += curve(case, others, seeds=args.seeds, shapes=sorted(set(args.shapes)))
+    table = pd.DataFrame(records)
+    lines = report(table, n_rows=len(df), seeds=args.seeds,
+                   seconds=time.perf_counter() - start)
+    md = harness.write_report(QUESTION, lines, table, out=args.out)
+    print("\n".join(lines))
+    print(f"wrote {harness.relative(md)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
