@@ -196,8 +196,9 @@ class ConfigPruner:
             decision.precompiled = (compiled, submitted)
         if not good:  # nothing launches: Triton meets and reports the failure itself
             return kept
-        decision.kept = [self._keys[i] for i in good] if len(self._keys) == len(configs) \
-            else decision.kept
+        if len(self._keys) == len(configs):
+            decision.kept = [self._keys[i] for i in good]
+        decision.k = len(good)
         return [configs[i] for i in good]
 
     def config_keys(self, configs: Sequence[Any]) -> np.ndarray:
