@@ -972,3 +972,25 @@ def test_plain_hook_replaces_kept_configs_that_cannot_launch(monkeypatch):
     assert last.kept == [config_key(configs[second])] and last.precompiled == (2, 2)
     assert list(last.replaced.values()) == ["does not fit in shared memory"]
     assert used == str(configs[second])
+
+
+def test_explain_says_which_kernel_stage_two_compiled(train_rows, monkeypatch, tmp_path):
+    from costtune.tune.explain import explain_call
+
+    compiled = CostModel(features="static+compiled", family="gemm", n_estimators=10,
+                         max_depth=3).fit(train_rows, compiled=fake_compiled(train_rows))
+    monkeypatch.setattr("costtune.features.compiled.compiled_features",
+                        lambda rows, **kw: fake_compiled(rows))
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": 32}, num_warps=4, num_stages=2)
+               for bm, bn in ((32, 64), (64, 64), (64, 128))]
+    tuner = costtune.autotune(configs, key=["m", "n", "k"], model=compiled, top_k=1,
+                              family="gemm", problem={"M": "m", "N": "n", "K": "k"},
+                              params={"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"},
+                              two_stage=True, shortlist=3, stage2_model=compiled,
+                              cache_dir=tmp_path)(masked_tile_matmul)
+    m, n, k = 64, 128, 256
+    args = (torch.zeros(m, k, dtype=torch.float16), torch.zeros(k, n, dtype=torch.float16),
+            torch.empty(m, n), m, n, k)
+    report = explain_call(tuner, args, {"grid": (1, 1)})
+    assert any(note.startswith("stage 2 compiled costtune's gemm kernel (yours could not")
+               for note in report.info), report.info

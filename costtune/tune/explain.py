@@ -127,6 +127,11 @@ def explain_call(tuner: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *,
 
         out.kind = read_kind(tuner)
     out.ranking = _ranking(configs, kept, decision.scores)
+    if decision.stage2:  # which kernel stage 2 compiled and which model re-ranked
+        whose = ("your kernel" if decision.stage2_kernel == "yours"
+                 else str(decision.stage2_kernel).replace(" (", " kernel (", 1))
+        out.info.append(f"stage 2 compiled {whose} at the shortlist and re-ranked it with "
+                        f"{decision.stage2_model}")
     return out
 
 
