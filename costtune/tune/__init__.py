@@ -1,6 +1,7 @@
 """The Triton boundary: how a launch is described (``launch``), which configs can run
 (``feasibility``, ``trained``: values the training data had), ranking and trust (``ranking``),
-knobs the model cannot tell apart (``knobs``), the pruner (``pruner``, ``decision``),
+knobs the model cannot tell apart (``knobs``), the pruner (``pruner``, ``decision``; its
+stage 2 ``stage2``; ``launchable``: nothing kept fails to launch under plain autotune),
 ``autotune`` and its tuner that replaces failing configs and checks outputs (``autotune``,
 ``tuner``, ``guard``), the adaptive budget (``adaptive``), per-kernel learning (``learn``),
 the parallel precompile, the model preload and harvest.

@@ -40,7 +40,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,7 +63,7 @@ from costtune.tune.launch import (
     describe,
     family_params,
 )
-from costtune.tune.learn import STAGE2
+from costtune.tune.launchable import launchable
 from costtune.tune.precompile import parse_precompile, precompiler
 from costtune.tune.preload import preload as start_preload
 from costtune.tune.preload import wait as wait_for_preload
@@ -152,8 +151,8 @@ class ConfigPruner:
             start = time.perf_counter()
             try:
                 if plain:  # under plain triton.autotune: nothing that cannot launch is kept
-                    kept = self._launchable(after, configs, order, kept, decision,
-                                            named_args, kwargs)
+                    kept = launchable(after, configs, order, kept, decision, named_args,
+                                      kwargs, keys=self._keys)
                 else:
                     decision.precompiled = after(kept, named_args, kwargs, decision.family)
             except Exception:  # precompiling only saves time; Triton compiles what it lacks
@@ -161,45 +160,6 @@ class ConfigPruner:
             decision.precompile_ms = (time.perf_counter() - start) * 1e3
         self.last = decision
         return kept
-
-    def _launchable(self, run: Callable[..., Any], configs: Sequence[Any], order: Any,
-                    kept: list[Any], decision: PruneDecision, named_args: Mapping[str, Any],
-                    kwargs: dict[str, Any]) -> list[Any]:
-        """Precompile ``kept`` (``run``: the precompiler) and replace each config whose compile
-        fails or needs more shared memory than this GPU has by the next in ranked order
-        (compiled in turn), as ``costtune.autotune`` replaces what fails: Triton launches a
-        single kept config without benchmarking it, and would raise. The kept list as it
-        stands when nothing can be told (no GPU: the precompile is skipped)."""
-        from costtune.tune.feasibility import config_text
-
-        good: list[int] = []
-        queue = [int(i) for i in order]
-        want, compiled, submitted = len(kept), 0, 0
-        while len(good) < want and queue:
-            batch, queue = queue[: want - len(good)], queue[want - len(good):]
-            outcomes: list = []
-            counts = run([configs[i] for i in batch], named_args, kwargs, decision.family,
-                         outcomes=outcomes)
-            if counts is None:  # not compiled here: keep them, Triton compiles as it would
-                good += batch
-                break
-            compiled, submitted = compiled + counts[0], submitted + counts[1]
-            outcomes += [None] * (len(batch) - len(outcomes))  # untold: as if it launches
-            for i, outcome in zip(batch, outcomes, strict=False):
-                if outcome in ("failed", "too_big"):
-                    decision.replaced[config_text(configs[i])] = (
-                        "does not fit in shared memory" if outcome == "too_big"
-                        else "failed to compile")
-                else:
-                    good.append(i)
-        if submitted:
-            decision.precompiled = (compiled, submitted)
-        if not good:  # nothing launches: Triton meets and reports the failure itself
-            return kept
-        if len(self._keys) == len(configs):
-            decision.kept = [self._keys[i] for i in good]
-        decision.k = len(good)
-        return [configs[i] for i in good]
 
     def config_keys(self, configs: Sequence[Any]) -> np.ndarray:
         """Canonical keys of ``configs`` (the tie-break order)."""
@@ -365,56 +325,11 @@ class ConfigPruner:
                 order: np.ndarray, decision: PruneDecision,
                 notes: list[tuple[str, str]], stage1: np.ndarray,
                 live_configs: Sequence[Any]) -> np.ndarray:
-        from costtune.tune.ranking import (
-            compiled_table,
-            default_stage2,
-            kernel_compiled_table,
-            load_noted,
-            stage1_weight,
-            stage2_order,
-            uses_compiled,
-        )
+        from costtune.tune.stage2 import rerank
 
-        source = default_stage2(self.model) if self.stage2_model is None else self.stage2_model
-        try:  # the kernel's own stage-2 model when learn=True taught one (tune.learn)
-            learned_dir = None if self.kernel_dir is None else Path(self.kernel_dir) / STAGE2
-            model = load_noted(source, launch.family, kernel_dir=learned_dir, compact=True)[0]
-        except Exception as exc:
-            notes.append(("two_stage", f"no stage-2 model {source!r} ({exc}); stage 2 skipped"))
-            return order
-        if not uses_compiled(model):
-            notes.append(("two_stage", f"two_stage needs a model with compiled features; "
-                          f"{source!r} has only static ones, stage 2 skipped"))
-            return order
-        short = order[: max(decision.k, self.shortlist)]
-        try:  # the user's own kernel, compiled at each config as this call would launch it
-            table = kernel_compiled_table(self._tuned, self._args,
-                                          [live_configs[i] for i in short],
-                                          cache_dir=self.cache_dir, workers=self.workers,
-                                          memo=self._compiled)
-            decision.stage2_kernel = "yours"
-        except Exception as exc:
-            try:  # else costtune's own kernel of the family at the same configs
-                table = compiled_table(launch, [params[i] for i in short],
-                                       cache_dir=self.cache_dir, workers=self.workers,
-                                       memo=self._compiled)
-            except Exception as exc2:  # e.g. a broken compile pool: the static ranking stands
-                notes.append(("two_stage", f"compiled features failed ({type(exc2).__name__}: "
-                              f"{exc2}); stage 2 skipped"))
-                return order
-            # Expected under Triton's interpreter (nothing there is a JIT function): told in
-            # the decision, not warned.
-            decision.stage2_kernel = (f"costtune's {launch.family} (yours could not be "
-                                      f"compiled here: {type(exc).__name__}: "
-                                      f"{str(exc)[:200]})")
-        learned = getattr(model, "learned_path_", None)
-        decision.stage2_model = learned or str(source)[:80]
-        weight = (0.0 if learned and self.stage1_weight is None
-                  else stage1_weight(source, launch.family, self.stage1_weight))
-        sub = stage2_order(model, features.iloc[short], table=table, keys=keys[short],
-                           stage1=stage1[short], weight=weight)
-        decision.stage2 = True
-        return np.concatenate([short[sub], order[len(short):]])
+        return rerank(self, launch, params, features, keys, order, decision, notes, stage1,
+                      live_configs)
+
 
 def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str | None = None,
                      problem: ProblemSpec = None, params: Mapping[str, str] | None = None,

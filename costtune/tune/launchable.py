@@ -1,0 +1,57 @@
+"""The plain hook's guarantee under ``triton.autotune``: nothing it keeps fails to launch.
+
+Triton launches a single kept config without benchmarking it (and benchmarks several with
+OutOfResources timed as inf), so a kept config that cannot launch would raise where exhaustive
+tuning works. The hook's static check of shared memory cannot see everything a user's kernel
+stages there (a TMA epilogue's C tile), so the kept configs are compiled first (the parallel
+precompile, ``tune.precompile``) and one that fails or does not fit is replaced by the next
+in ranked order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["launchable"]
+
+
+def launchable(run: Callable[..., Any], configs: Sequence[Any], order: Any, kept: list[Any],
+               decision: Any, named_args: Mapping[str, Any], kwargs: dict[str, Any], *,
+               keys: Any) -> list[Any]:
+    """Precompile ``kept`` (``run``: the precompiler) and replace each config whose compile
+    fails or needs more shared memory than this GPU has by the next in ranked order
+    (compiled in turn), as ``costtune.autotune`` replaces what fails: Triton launches a
+    single kept config without benchmarking it, and would raise. The kept list as it
+    stands when nothing can be told (no GPU: the precompile is skipped). ``keys``: the
+    configs' canonical keys (``decision.kept`` is rewritten with them)."""
+    from costtune.tune.feasibility import config_text
+
+    good: list[int] = []
+    queue = [int(i) for i in order]
+    want, compiled, submitted = len(kept), 0, 0
+    while len(good) < want and queue:
+        batch, queue = queue[: want - len(good)], queue[want - len(good):]
+        outcomes: list = []
+        counts = run([configs[i] for i in batch], named_args, kwargs, decision.family,
+                     outcomes=outcomes)
+        if counts is None:  # not compiled here: keep them, Triton compiles as it would
+            good += batch
+            break
+        compiled, submitted = compiled + counts[0], submitted + counts[1]
+        outcomes += [None] * (len(batch) - len(outcomes))  # untold: as if it launches
+        for i, outcome in zip(batch, outcomes, strict=False):
+            if outcome in ("failed", "too_big"):
+                decision.replaced[config_text(configs[i])] = (
+                    "does not fit in shared memory" if outcome == "too_big"
+                    else "failed to compile")
+            else:
+                good.append(i)
+    if submitted:
+        decision.precompiled = (compiled, submitted)
+    if not good:  # nothing launches: Triton meets and reports the failure itself
+        return kept
+    if len(keys) == len(configs):
+        decision.kept = [keys[i] for i in good]
+    decision.k = len(good)
+    return [configs[i] for i in good]
