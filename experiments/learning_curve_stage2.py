@@ -9,9 +9,10 @@ on the held-out test suite), with the compiled-feature model learned beside the 
 - ``stage 2``: a static+compiled booster for all families (the kind ``h200_compiled`` is),
   trained on every other implementation, updated on the harvest with the held-out kernel's own
   compiled features, ranking every config;
-- ``two-stage``: what the hook does with both learned models: the best ``SHORTLIST`` by the
-  learned stage 1, ordered by the learned stage 2 alone (stage-1 weight 0,
-  ``experiments.loio.two_stage_order``).
+- ``two-stage w=x``: what the hook does with both learned models: the best ``SHORTLIST`` by
+  the learned stage 1, ordered by their blend at stage-1 weight x
+  (``experiments.loio.two_stage_order``); x is chosen on the held-out kernel's unharvested
+  train-suite shapes (``choose``) and shipped as ``costtune.tune.stage2.LEARNED_WEIGHT``.
 
 Writes experiments/results/learning_curve_stage2.{md,csv}.
 
@@ -41,10 +42,12 @@ from experiments.loio import SHORTLIST, two_stage_order, with_tables  # noqa: E4
 
 QUESTION = "learning_curve_stage2"
 KS = (1, 4, 8)
+WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 
 
 def scores_of(test: pd.DataFrame, rankings: dict) -> dict:
-    return topk_scores(topk_table(test, rankings, ks=KS), ks=KS, worst=(8,))
+    return {**topk_scores(topk_table(test, rankings, ks=KS), ks=KS, worst=(8,)),
+            "n_workloads": len(rankings)}
 
 
 def rank_all(test: pd.DataFrame, s: np.ndarray, keys: np.ndarray) -> dict:
@@ -53,20 +56,24 @@ def rank_all(test: pd.DataFrame, s: np.ndarray, keys: np.ndarray) -> dict:
     return {w: p[rank_positions(s[p], keys[p])] for w, p in workload_positions(test).items()}
 
 
-def rank_two(test: pd.DataFrame, s1: np.ndarray, s2: np.ndarray, keys: np.ndarray) -> dict:
-    return {w: p[two_stage_order(s1[p], s2[p], keys[p], weight=0.0, shortlist=SHORTLIST)]
+def rank_two(test: pd.DataFrame, s1: np.ndarray, s2: np.ndarray, keys: np.ndarray, *,
+             weight: float) -> dict:
+    return {w: p[two_stage_order(s1[p], s2[p], keys[p], weight=weight, shortlist=SHORTLIST)]
             for w, p in workload_positions(test).items()}
 
 
 def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int]) -> list[dict]:
-    family, test = case["family"], case["test"].reset_index(drop=True)
-    if case["train"].empty or case["pool"].empty or test.empty:
+    """Scores at every N on the held-out test suite and, to choose the weight on, on the
+    held-out kernel's train-suite shapes not harvested (``suite`` "pool")."""
+    family = case["family"]
+    if case["train"].empty or case["pool"].empty or case["test"].empty:
         return []
     base1 = default_model(family=family, features=lc.shipped_features(family)).fit(
         case["train"])
     base2 = default_model(family="all", features="static+compiled").fit(others)
-    feats = static_features(test)
-    keys = test["config"].astype(str).to_numpy()
+    parts = {"test": case["test"].reset_index(drop=True),
+             "pool": case["pool"].reset_index(drop=True)}
+    feats = {k: static_features(v) for k, v in parts.items()}
     workloads = sorted(case["pool"]["workload"].unique())
     out = []
     for seed in range(seeds):
@@ -77,27 +84,60 @@ def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int]) ->
             taken = case["pool"][case["pool"]["workload"].isin(order[:n])]
             m1 = fit_update(base1, taken) if n else base1
             m2 = fit_update(base2, taken) if n else base2
-            s1 = lc.model_scores(m1, test, feats)
-            s2 = np.asarray(m2.predict(test), dtype=float)
-            for method, rankings in (("stage 1", rank_all(test, s1, keys)),
-                                     ("stage 2", rank_all(test, s2, keys)),
-                                     ("two-stage", rank_two(test, s1, s2, keys))):
-                out.append({"family": family, "held_out": case["held_out"], "seed": seed,
-                            "n_shapes": n, "method": method,
-                            **scores_of(test, rankings)})
+            for suite, rows in parts.items():
+                if suite == "pool":
+                    keep = ~rows["workload"].isin(order[:n]).to_numpy()
+                    rows, f = rows[keep].reset_index(drop=True), feats[suite][keep]
+                else:
+                    f = feats[suite]
+                out += _scored(rows, f, m1, m2, base={"family": family, "seed": seed,
+                                                      "held_out": case["held_out"],
+                                                      "n_shapes": n, "suite": suite})
     return out
 
 
+def _scored(rows: pd.DataFrame, feats: pd.DataFrame, m1, m2, *, base: dict) -> list[dict]:
+    if rows.empty:
+        return []
+    keys = rows["config"].astype(str).to_numpy()
+    s1 = lc.model_scores(m1, rows, feats.reset_index(drop=True))
+    s2 = np.asarray(m2.predict(rows), dtype=float)
+    methods = [("stage 1", rank_all(rows, s1, keys)), ("stage 2", rank_all(rows, s2, keys))]
+    methods += [(f"two-stage w={w:g}", rank_two(rows, s1, s2, keys, weight=w))
+                for w in WEIGHTS]
+    return [{**base, "method": m, **scores_of(rows, r)} for m, r in methods]
+
+
+def choose(table: pd.DataFrame) -> float:
+    """The stage-1 weight for a learned stage 2: the best mean of top1/top4/top8/worst8 on
+    the unharvested train-suite shapes ("pool"), over held-out implementations and N >= 1
+    (ties to the smaller weight)."""
+    pool = table[(table["suite"] == "pool") & (table["n_shapes"] > 0)
+                 & table["method"].str.startswith("two-stage w=")]
+    crit = pool.assign(c=pool[["top1", "top4", "top8", "worst8"]].mean(axis=1))
+    by_w = crit.groupby("method")["c"].mean()
+    weights = {m: float(m.split("=")[1]) for m in by_w.index}
+    best = by_w.max()
+    return min(weights[m] for m, v in by_w.items() if v >= best - 1e-9)
+
+
 def report(table: pd.DataFrame, *, n_rows: int, seeds: int, seconds: float) -> list[str]:
-    mean = (table.groupby(["family", "held_out", "method", "n_shapes"])
+    w = choose(table)
+    chosen = f"two-stage w={w:g}"
+    test = table[table["suite"] == "test"]
+    mean = (test.groupby(["family", "held_out", "method", "n_shapes"])
             [["top1", "top4", "top8", "worst8"]].mean().reset_index())
+    pool = table[(table["suite"] == "pool") & (table["n_shapes"] > 0)]
+    crit = (pool.assign(criterion=pool[["top1", "top4", "top8", "worst8"]].mean(axis=1))
+            .groupby("method")["criterion"].mean().reset_index())
     at2 = mean[mean["n_shapes"] == 2].pivot_table(index=["family", "held_out"],
                                                   columns="method", values=["top1", "top4"])
     at2.columns = [f"{m} {metric}" for metric, m in at2.columns]
+    shown = ("stage 1", "stage 2", chosen)
     goal = [f"- {h}: " + "; ".join(
         f"{m} {r[f'{m} top1']:.3f} / {r[f'{m} top4']:.3f}"
         + (" (met)" if r[f"{m} top1"] >= lc.GOAL["top1"] and r[f"{m} top4"] >= lc.GOAL["top4"]
-           else "") for m in ("stage 1", "stage 2", "two-stage"))
+           else "") for m in shown)
         for (_, h), r in at2.iterrows()]
     return ["# Learning curve with compiled features (held-out implementations)", "",
             harness.provenance(dataset=harness.DATASET, n_rows=n_rows), "",
@@ -106,12 +146,19 @@ def report(table: pd.DataFrame, *, n_rows: int, seeds: int, seconds: float) -> l
             "means shown), with a static+compiled booster for all families (trained on every "
             "other implementation's train suite) learned beside the static stage-1 model from "
             "the same harvested rows and their compiled features (the held-out kernel's own, "
-            "datasets/h200's feature tables). `two-stage`: the best "
-            f"{SHORTLIST} by the learned stage 1, ordered by the learned stage 2 alone.",
+            "datasets/h200's feature tables). `two-stage w=x`: the best "
+            f"{SHORTLIST} by the learned stage 1, ordered by the blend of the two learned "
+            "models at stage-1 weight x (`costtune.tune.ranking.blend_order`).",
+            "- The weight is chosen on training data only: the held-out kernel's train-suite "
+            "shapes that were not harvested (mean of top1/top4/top8/worst8 over held-out "
+            f"implementations and N >= 1): **w = {w:g}**, what `costtune.tune.stage2` uses "
+            "once `learn=True` has taught a kernel its stage-2 model.",
             f"- Runtime {seconds:.0f} s on this machine.", "",
-            f"## After 2 harvested shapes: top1 / top4 (goal {lc.GOAL['top1']} / "
+            "## Weight selection (unharvested train-suite shapes)", "",
+            harness.md_table(crit, floatfmt=".4f"), "",
+            f"## After 2 harvested shapes, test suites: top1 / top4 (goal {lc.GOAL['top1']} / "
             f"{lc.GOAL['top4']})", "", *goal, "",
-            "## Mean over seeds", "", harness.md_table(mean, floatfmt=".4f"), ""]
+            "## Mean over seeds (test suites)", "", harness.md_table(mean, floatfmt=".4f"), ""]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,9 +4,9 @@ compiled (AOT, on the CPU) and re-ranked with compiled features.
 The kernel compiled is the user's own, specialized on the call's arguments
 (``tune.ranking.kernel_compiled_table``); costtune's kernel of the family at the same configs
 only where the user's cannot compile here (the interpreter). The model is the kernel's own
-stage-2 model when ``learn=True`` taught one (``tune.learn``, stage-1 weight 0 unless
-given), else the given or shipped stage-2 model, blended with stage 1 at the family's
-shipped weight (``tune.ranking.blend_order``).
+stage-2 model when ``learn=True`` taught one (``tune.learn``, blended with stage 1 at
+``LEARNED_WEIGHT`` unless a weight is given), else the given or shipped stage-2 model, blended
+at the family's shipped weight (``tune.ranking.blend_order``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,12 @@ import numpy as np
 
 from costtune.tune.learn import STAGE2
 
-__all__ = ["rerank"]
+__all__ = ["LEARNED_WEIGHT", "rerank"]
+
+# The stage-1 weight once learn=True has taught the kernel its stage-2 model: chosen by
+# experiments/learning_curve_stage2.py on held-out implementations' unharvested train-suite
+# shapes (tests/test_learning_curve.py checks it against the committed results).
+LEARNED_WEIGHT = 0.25
 
 
 def rerank(pruner: Any, launch: Any, params: list[dict], features: Any, keys: np.ndarray,
@@ -71,7 +76,7 @@ def rerank(pruner: Any, launch: Any, params: list[dict], features: Any, keys: np
                                   f"{str(exc)[:200]})")
     learned = getattr(model, "learned_path_", None)
     decision.stage2_model = learned or str(source)[:80]
-    weight = (0.0 if learned and pruner.stage1_weight is None
+    weight = (LEARNED_WEIGHT if learned and pruner.stage1_weight is None
               else stage1_weight(source, launch.family, pruner.stage1_weight))
     sub = stage2_order(model, features.iloc[short], table=table, keys=keys[short],
                        stage1=stage1[short], weight=weight)
