@@ -33,7 +33,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from costtune.evaluate import default_model  # noqa: E402
-from costtune.evaluate.metrics import topk_scores, topk_table, workload_positions  # noqa: E402
+from costtune.evaluate.metrics import (  # noqa: E402
+    rankings_from_scores,
+    topk_scores,
+    topk_table,
+    workload_positions,
+)
 from costtune.features.static import static_features  # noqa: E402
 from costtune.model.learned import fit_update  # noqa: E402
 from experiments import harness  # noqa: E402
@@ -48,12 +53,6 @@ WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 def scores_of(test: pd.DataFrame, rankings: dict) -> dict:
     return {**topk_scores(topk_table(test, rankings, ks=KS), ks=KS, worst=(8,)),
             "n_workloads": len(rankings)}
-
-
-def rank_all(test: pd.DataFrame, s: np.ndarray, keys: np.ndarray) -> dict:
-    from costtune.evaluate.metrics import rank_positions
-
-    return {w: p[rank_positions(s[p], keys[p])] for w, p in workload_positions(test).items()}
 
 
 def rank_two(test: pd.DataFrame, s1: np.ndarray, s2: np.ndarray, keys: np.ndarray, *,
@@ -102,7 +101,8 @@ def _scored(rows: pd.DataFrame, feats: pd.DataFrame, m1, m2, *, base: dict) -> l
     keys = rows["config"].astype(str).to_numpy()
     s1 = lc.model_scores(m1, rows, feats.reset_index(drop=True))
     s2 = np.asarray(m2.predict(rows), dtype=float)
-    methods = [("stage 1", rank_all(rows, s1, keys)), ("stage 2", rank_all(rows, s2, keys))]
+    methods = [("stage 1", rankings_from_scores(rows, s1)),
+               ("stage 2", rankings_from_scores(rows, s2))]
     methods += [(f"two-stage w={w:g}", rank_two(rows, s1, s2, keys, weight=w))
                 for w in WEIGHTS]
     return [{**base, "method": m, **scores_of(rows, r)} for m, r in methods]

@@ -182,16 +182,22 @@ def _executor(mode: str, workers: int) -> Any:
 
 def _hooked(named_args: Mapping[str, Any], meta: Mapping[str, Any], config: Any) -> list:
     """The positional arguments as ``config.pre_hook`` leaves them before its benchmark
-    launch (Triton's tutorials set host TensorDescriptors' block shapes there, which changes
-    what compiles), run on copies of the descriptors so that configs compiled side by side
-    do not see each other's shapes; tensors are the caller's, as in Triton's own calls."""
+    launch (``hooked_args``); tensors are the caller's, as in Triton's own calls."""
+    full = hooked_args({**named_args, **meta}, config)
+    return [full[k] for k in named_args]
+
+
+def hooked_args(args: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    """Every argument, with the config's values, as ``config.pre_hook`` leaves them (Triton's
+    tutorials set host TensorDescriptors' block shapes there, which changes what compiles),
+    the hook run on copies of the descriptors so that configs compiled side by side do not
+    see each other's shapes."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    copies = {k: copy.copy(v) if isinstance(v, TensorDescriptor) else v
-              for k, v in named_args.items()}
-    full = {**copies, **meta, **config.all_kwargs()}
+    full = {k: copy.copy(v) if isinstance(v, TensorDescriptor) else v for k, v in args.items()}
+    full.update(config.all_kwargs())
     config.pre_hook(full)
-    return [full[k] for k in named_args]
+    return full
 
 
 def precompiler(tuner: Any, option: Any) -> Any:

@@ -90,9 +90,9 @@ class ConfigPruner:
             raise ValueError(f"shortlist must be >= 1, got {shortlist!r}")
         parse_precompile(precompile)
         if stage1_weight is not None:
-            from costtune.tune.ranking import stage1_weight as check_weight
+            from costtune.tune.ranking import check_stage1_weight
 
-            check_weight(None, "", stage1_weight)
+            check_stage1_weight(stage1_weight)
         if widen is not None and int(widen) < 1:
             raise ValueError(f"widen must be >= 1 or None, got {widen!r}")
         if range_margin is not None and not range_margin >= 0:

@@ -26,9 +26,9 @@ from costtune.hardware import current_arch
 from costtune.model.registry import default_stage2, load_noted, score
 from costtune.tune.launch import Launch
 
-__all__ = ["STAGE2_FILE", "blend_order", "compiled_table", "concerns", "covers",
-           "current_gpu", "default_stage2", "kernel_compiled_table", "load_noted", "score",
-           "stage1_weight", "stage2_order", "uses_compiled", "uses_source"]
+__all__ = ["STAGE2_FILE", "blend_order", "check_stage1_weight", "compiled_table", "concerns",
+           "covers", "current_gpu", "default_stage2", "kernel_compiled_table", "load_noted",
+           "score", "stage1_weight", "stage2_order", "uses_compiled", "uses_source"]
 
 STAGE2_FILE = "stage2_h200.json"  # under costtune/models: the shipped stage-1 weights
 
@@ -102,6 +102,7 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
     from costtune.build.threads import interpreting
     from costtune.features.compiled import COMPILED_FEATURES, _row_features, compile_jobs
     from costtune.kernels.base import KernelCall
+    from costtune.tune.precompile import hooked_args
 
     if interpreting():
         raise RuntimeError("Triton's interpreter is on: no kernel compiles in this process")
@@ -113,7 +114,8 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
     for config in configs:
         kwargs = {**taken, **dict(config.kwargs)}
         if config.pre_hook is not None:  # e.g. descriptors' block shapes (Triton's tutorials)
-            kwargs = {k: v for k, v in _hooked(args, config).items() if k in jit.arg_names}
+            kwargs = {k: v for k, v in hooked_args(args, config).items()
+                      if k in jit.arg_names}
         for name, rule in heuristics:  # @triton.heuristics values, as its run adds them
             kwargs[name] = rule({**args, **kwargs})
         for option in ("num_ctas", "maxnreg"):
@@ -150,20 +152,6 @@ def _heuristics(fn: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def _hooked(args: Mapping[str, Any], config: Any) -> dict[str, Any]:
-    """The arguments as ``config.pre_hook`` leaves them before its launch, the hook run on
-    copies of host TensorDescriptors (configs side by side must not see each other's block
-    shapes), as the precompile does (``tune.precompile``)."""
-    import copy
-
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    full = {k: copy.copy(v) if isinstance(v, TensorDescriptor) else v for k, v in args.items()}
-    full.update(config.all_kwargs())
-    config.pre_hook(full)
-    return full
-
-
 def compiled_table(launch: Launch, params: Sequence[dict[str, Any]], *, cache_dir: Any,
                    workers: int | None, memo: dict) -> pd.DataFrame:
     """Compiled features of costtune's own kernel of the family at each config (AOT, this
@@ -188,18 +176,23 @@ def compiled_table(launch: Launch, params: Sequence[dict[str, Any]], *, cache_di
     return pd.DataFrame([memo[k] for k in keys])
 
 
+def check_stage1_weight(weight: Any) -> float:
+    """``weight`` as a float in [0, 1]; ValueError naming it otherwise."""
+    try:
+        w = float(weight)
+    except (TypeError, ValueError):
+        w = math.nan
+    if isinstance(weight, bool) or not 0.0 <= w <= 1.0:
+        raise ValueError(f"stage1_weight must be a number in [0, 1], got {weight!r}")
+    return w
+
+
 def stage1_weight(source: Any, family: str, weight: float | None = None) -> float:
     """The stage-1 weight of the blend for ``family``: ``weight`` when given (checked to lie in
     [0, 1]); else, for the shipped stage-2 model (a name such as ``"h200_compiled"``), the
     family's weight in ``STAGE2_FILE``; else 0 (the stage-2 model alone)."""
     if weight is not None:
-        try:
-            w = float(weight)
-        except (TypeError, ValueError):
-            w = math.nan
-        if isinstance(weight, bool) or not 0.0 <= w <= 1.0:
-            raise ValueError(f"stage1_weight must be a number in [0, 1], got {weight!r}")
-        return w
+        return check_stage1_weight(weight)
     if not (isinstance(source, str) and source in _shipped_weights()):
         return 0.0
     return float(_shipped_weights()[source].get(family, 0.0))
