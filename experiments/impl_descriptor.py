@@ -93,7 +93,7 @@ def ship(df: pd.DataFrame) -> list[str]:
         train = df[(df["kernel"] == family) & (df["suite"] == "train")]
         start = time.perf_counter()
         model = default_model(family=family, features="static+src").fit(train)
-        path = model.save(MODELS_DIR / f"h200_{family}")
+        path = model.save(MODELS_DIR / f"h200_{family}", training=train)
         lines.append(f"- `{path.relative_to(harness.ROOT)}`: static+src, {family}, "
                      f"{train['implementation'].nunique()} implementations, "
                      f"{train['workload'].nunique()} train-suite workloads, fitted in "

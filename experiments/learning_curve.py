@@ -7,8 +7,11 @@ column; rows without it are the family's original kernel, named like the family)
    set the family's shipped stage-1 model uses (softmax: static+src), trained on the
    train-suite rows of the family's *other* implementations;
 2. harvest: H's train-suite workloads in a seeded order; after N = 0, 1, 2, 4, 8 of them, the
-   base model is updated on their rows as ``costtune.autotune(learn=True)`` does
-   (``costtune.model.learned.fit_update``: continued training of the base booster);
+   base model is updated on their rows (``costtune.model.learned.fit_update``) by each
+   ``--methods`` entry: ``refit:<w>`` refits the base on its training rows and the harvest,
+   each harvested workload weighing w (what ``costtune.autotune(learn=True)`` does with a
+   shipped base, w = ``REFIT_WEIGHT``), ``continue`` adds trees to the base booster,
+   ``residual`` fits a separate booster over the base's scores;
    two harvests are replayed: ``exhaustive`` (every config of each harvested workload, what an
    untuned or exhaustive call records) and ``top8`` (the 8 configs the model of the moment
    ranks best, what ``costtune.autotune(top_k=8, learn=True)`` records, shape after shape);
@@ -16,17 +19,13 @@ column; rows without it are the family's original kernel, named like the family)
    ``costtune.evaluate.metrics``) and with the adaptive budget (``costtune.Adaptive``,
    calibrated margin, cap 16): its score and the mean configs it benchmarked.
 
-``--method residual`` adds the residual alternative to continued training (a separate shallow
-booster over the base scores) for the exhaustive harvest, to choose between them by replay.
+Selection (``sel_*`` columns): the same scores on the held-out kernel's *unharvested
+train-suite* shapes, so that the refit weight is chosen on training data only.
 
-When no family has a second implementation yet (the data of issue 18 not merged), the script
-says so and runs a clearly labelled FALLBACK instead, two stand-ins: the held-out *dtype*
-(bfloat16) of each family's original kernel, the base trained on its float16 rows (a base that
-already ranks well: can learning do harm?), and the held-out *family*, the base trained on the
-other two families (a base that ranks poorly: can learning help?). Neither is a
-held-out-implementation figure. Writes experiments/results/learning_curve.{md,csv}.
+Writes experiments/results/learning_curve.{md,csv}.
 
-    python -m experiments.learning_curve [--seeds 3] [--shapes 0 1 2 4 8] [--method residual]
+    python -m experiments.learning_curve [--seeds 3] [--shapes 0 1 2 4 8]
+        [--methods continue refit:1 refit:2 refit:5 residual]
         [--updates auto 20:0.05:4 50:0.1:6]   # trees added per update
         [--ceiling]   # also models refitted on all of the held-out kernel's train shapes
 """
@@ -56,15 +55,23 @@ from costtune.evaluate.metrics import (  # noqa: E402
 from costtune.features.static import static_features  # noqa: E402
 from costtune.kernels import IMPLEMENTATIONS  # noqa: E402
 from costtune.model.learned import fit_update  # noqa: E402
+from costtune.model.training import TrainingTable  # noqa: E402
 from costtune.tune.adaptive import Adaptive, margin_for, replay_table  # noqa: E402
 from costtune.tune.trained import keep_untrained, trained_from_rows  # noqa: E402
 from experiments import harness  # noqa: E402
+from experiments.learning_curve_report import CAP, GOAL, SHIPPED, report  # noqa: E402
 
 QUESTION = "learning_curve"
 KS = (1, 4, 8)
-CAP = 16
-GOAL = {"top1": 0.97, "top4": 0.99}
 DEFAULT_UPDATE = "auto"
+__all__ = ["CAP", "GOAL", "SHIPPED", "cases", "ceiling", "curve", "report"]
+
+
+def method_of(name: str) -> tuple[str, dict]:
+    """"continue" / "residual" / "refit:<weight>" -> (fit_update method, its options)."""
+    if name.startswith("refit:"):
+        return "refit", {"weight": float(name.split(":", 1)[1])}
+    return name, {}
 
 
 def with_implementation(df: pd.DataFrame) -> pd.DataFrame:
@@ -79,7 +86,7 @@ def with_implementation(df: pd.DataFrame) -> pd.DataFrame:
 
 def cases(df: pd.DataFrame) -> tuple[list[dict], str]:
     """The held-out cases and the protocol's name: one per (family, implementation) where the
-    family has two or more; else the bfloat16 fallback per family."""
+    family has two or more."""
     out = []
     for family, group in df.groupby("kernel"):
         impls = sorted(group["implementation"].unique())
@@ -93,22 +100,7 @@ def cases(df: pd.DataFrame) -> tuple[list[dict], str]:
                                       & (group["suite"] == "train")],
                         "test": group[(group["implementation"] == held)
                                       & (group["suite"] == "test")]})
-    if out:
-        return out, "held-out implementation"
-    for family, group in df.groupby("kernel"):
-        bf16 = group["dtype"] == "bfloat16"
-        out.append({"family": family, "held_out": f"{family} bfloat16",
-                    "train": group[~bf16 & (group["suite"] == "train")],
-                    "pool": group[bf16 & (group["suite"] == "train")],
-                    "test": group[bf16 & (group["suite"] == "test")]})
-    for family, group in df.groupby("kernel"):  # a poor base: the other families only
-        out.append({"family": family, "held_out": f"{family} (family held out)",
-                    "base_family": "all",
-                    "train": df[(df["kernel"] != family) & (df["suite"] == "train")],
-                    "pool": group[group["suite"] == "train"],
-                    "test": group[group["suite"] == "test"]})
-    return out, ("FALLBACK held-out dtype (bfloat16) and held-out family (no held-out "
-                 "implementation in the data)")
+    return out, "held-out implementation"
 
 
 def score_model(model, test: pd.DataFrame, feats: pd.DataFrame, margin: float, *,
@@ -230,6 +222,8 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
         return []
     base = default_model(family=case.get("base_family", family), n_estimators=trees,
                          features=shipped_features(family)).fit(case["train"])
+    table = (TrainingTable.from_rows(base, case["train"])
+             if any(m.startswith("refit:") for m in methods) else None)
     feats = static_features(test)
     train_ok = case["train"][case["train"]["status"] == "ok"]
     trained = trained_from_rows(train_ok, family)  # what the base learned from
@@ -239,9 +233,11 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
     records = []
     for seed in range(seeds):
         order = list(np.random.default_rng(seed).permutation(workloads))
-        runs = [("exhaustive", m, u) for u in updates for m in methods] + [
-            ("top8", "continue", u) for u in updates]
+        runs = [(harvest, m, u) for harvest in ("exhaustive", "top8") for m in methods
+                if harvest == "exhaustive" or m in ("continue", SHIPPED)
+                for u in (updates if not m.startswith("refit:") else [("-", None, None)])]
         for harvest, method, (label, rounds, params) in runs:
+            fit_method, options = method_of(method)
             taken: list[pd.DataFrame] = []
             model = base
             for i in range(max(shapes) + 1):
@@ -249,6 +245,10 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
                     n_rows = int(sum(len(t) for t in taken))
                     rec = score_model(model, test, feats, margin,
                                       trained=learned_values(trained, taken))
+                    rest = pool[~pool["workload"].isin(order[:i])].reset_index(drop=True)
+                    if i and not rest.empty:  # selection: the unharvested train shapes
+                        sel = ranked(model, rest, static_features(rest))[2]
+                        rec.update({f"sel_{k}": v for k, v in sel.items()})
                     records.append({"family": family, "held_out": case["held_out"],
                                     "harvest": harvest, "method": method,
                                     "update": label, "seed": seed,
@@ -260,7 +260,8 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
                              top_rows(model, rows, 8, learned_values(trained, taken)))
                 if harvest == "top8" or i + 1 in shapes or i + 1 == len(order):
                     model = fit_update(base, pd.concat(taken, ignore_index=True),
-                                       method=method, rounds=rounds, params=params)
+                                       method=fit_method, rounds=rounds, params=params,
+                                       table=table, **options)
     return records
 
 
@@ -287,75 +288,14 @@ def ceiling(case: dict, *, trees: int) -> list[dict]:
     return records
 
 
-def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
-           seconds: float) -> list[str]:
-    cols = ["top1", "top4", "top8", "worst8", "adaptive_score", "adaptive_configs",
-            "tuned_top1", "tuned_configs1", "tuned_top4", "tuned_configs4", "tuned_top8",
-            "tuned_configs8"]
-    refit = table["update"] == "refit"
-    bound, table = table[refit], table[~refit]
-    cols = [c for c in cols if c in table]
-    mean = (table.groupby(["family", "held_out", "harvest", "method", "update",
-                           "n_shapes"])[cols]
-            .mean().reset_index())
-    at2 = mean[(mean["n_shapes"] == 2) & (mean["method"] == "continue")]
-    goal = [f"- {r.family} / {r.held_out} ({r.harvest}, update {r.update}): top1 {r.top1:.3f} "
-            f"(goal {GOAL['top1']}: {'met' if r.top1 >= GOAL['top1'] else 'NOT met'}), "
-            f"top4 {r.top4:.3f} (goal {GOAL['top4']}: "
-            f"{'met' if r.top4 >= GOAL['top4'] else 'NOT met'})"
-            for r in at2.itertuples()]
-    fallback = protocol.startswith("FALLBACK")
-    trained_on = ("other dtype's (float16; `<family> bfloat16` rows) or the other families' "
-                  "(`<family> (family held out)` rows)" if fallback
-                  else "other implementations'")
-    lines = [f"# Learning curve: {protocol}", "",
-             harness.provenance(dataset=harness.DATASET, n_rows=n_rows), "",
-             f"- Protocol: **{protocol}**. Base model: shipped defaults, with the feature "
-             "set of the family's shipped stage-1 model (softmax: static+src, the kernel "
-             "source's counts; gemm and attention: static), trained on the "
-             f"{trained_on} train-suite rows; "
-             "N harvested train-suite workloads of the held-out one (seeded orders, "
-             f"{seeds} seeds, means shown) update it by continued training "
-             "(`costtune.model.learned.fit_update`); scored on the held-out one's test-suite "
-             "workloads. TenSet score, `costtune.evaluate.metrics`.",
-             f"- Adaptive: `costtune.Adaptive(max_configs={CAP})` with the family's calibrated "
-             "margin (`costtune/models/adaptive_h200.json`), replayed on the recorded times; "
-             "`adaptive_configs` is the mean configs it benchmarked per workload.",
-             "- harvest `exhaustive`: every config of a harvested workload; `top8`: what "
-             "top_k=8 tuning records, the hook's kept list under the model of the moment (its "
-             "8 best-ranked configs with learned values, and any untrained one ranked above "
-             "them).",
-             "- `tuned_top{k}`: top-k as the pruning hook keeps it: the k best-ranked configs "
-             "with values the model learned from (the base's rows and the harvested ones), "
-             "plus every config with an untrained value (e.g. more accumulator elements per "
-             "thread than any training tile) ranked above the last of them "
-             "(`costtune.tune.trained.keep_untrained`, at most 4k); `tuned_configs{k}` is "
-             "the mean configs that measures per workload. The goals are read on `top{k}`.",
-             f"- Runtime {seconds:.0f} s on this machine.", "",
-             "## Goal at N = 2 (continued training)", "", *goal, "",
-             "## Mean over seeds", "", harness.md_table(mean, floatfmt=".4f"), ""]
-    if not bound.empty:
-        lines += ["## Ceiling: refitted on all of the held-out kernel's train shapes", "",
-                  "`--ceiling`: models refitted from scratch on every train-suite shape of the "
-                  "held-out implementation (`own rows`), or on those and the other "
-                  "implementations' (`every implementation`), scored on its test suite: what "
-                  "a harvest of that size could reach with this model class.", "",
-                  harness.md_table(bound[["family", "held_out", "method", "n_shapes", "top1",
-                                          "top4", "top8", "worst8"]], floatfmt=".4f"), ""]
-    if fallback:
-        lines.insert(2, "**FALLBACK: the dataset has one implementation per family, so these "
-                     "are held-out-dtype and held-out-family figures, not held-out-implementation "
-                     "figures. Rerun "
-                     "once the implementation data is merged.**\n")
-    return lines
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--shapes", type=int, nargs="+", default=[0, 1, 2, 4, 8])
-    ap.add_argument("--method", choices=["residual"], action="append", default=[],
-                    help="also replay the residual model (exhaustive harvest)")
+    ap.add_argument("--methods", nargs="+", default=["continue", SHIPPED],
+                    help="how a harvest updates the base: continue, residual, refit:<weight> "
+                         f"(default: continue and what ships, {SHIPPED}); the top8 harvest "
+                         "replays continue and what ships only")
     ap.add_argument("--trees", type=int, default=300, help="base model trees")
     ap.add_argument("--updates", nargs="+", default=[DEFAULT_UPDATE],
                     help="trees added per update: auto (what costtune.model.learned "
@@ -366,17 +306,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     ap.add_argument("--out", type=Path, default=None, help="results folder")
     args = ap.parse_args(argv)
+    for m in args.methods:
+        try:
+            ok = m in ("continue", "residual") or float(method_of(m)[1]["weight"]) > 0
+        except (KeyError, ValueError):
+            ok = False
+        if not ok:
+            ap.error(f"--methods: {m!r} is not continue, residual or refit:<weight > 0>")
     start = time.perf_counter()
     df = with_implementation(harness.load_dataset(args.dataset))
     found, protocol = cases(df)
-    if protocol.startswith("FALLBACK"):
-        print("no held-out implementation: every family has one implementation in "
-              f"{harness.relative(args.dataset)}; running the {protocol}")
+    if not found:
+        print(f"no held-out implementation: every family has one in "
+              f"{harness.relative(args.dataset)}")
+        return 3
     records = []
     for case in found:
         print(f"== {case['family']}: held out {case['held_out']}", flush=True)
         records += curve(case, seeds=args.seeds, shapes=sorted(set(args.shapes)),
-                         methods=["continue", *args.method], trees=args.trees,
+                         methods=args.methods, trees=args.trees,
                          updates=[parse_update(u) for u in args.updates])
         if args.ceiling:
             records += ceiling(case, trees=args.trees)

@@ -131,7 +131,8 @@ def ship(choice: pd.DataFrame, train: pd.DataFrame, compiled: pd.DataFrame | Non
             start = time.perf_counter()
             model = CostModel(**{**params, "n_jobs": threads}).fit(rows, **extra)
             model.set_params(n_jobs=1)  # the hook scores with one thread
-            path = model.save(MODELS_DIR / file)
+            path = model.save(MODELS_DIR / file,
+                              training=rows if stage == 1 else None)
             lines.append(f"- `{path.relative_to(ROOT)}`: {cand} "
                          f"({kernel or 'all families'}), {rows['workload'].nunique()} "
                          f"workloads, fitted in {time.perf_counter() - start:.0f} s")

@@ -88,3 +88,26 @@ def test_the_learned_stage2_weight_is_the_reports_choice():
 
     table = pd.read_csv(harness.RESULTS / "learning_curve_stage2.csv")
     assert lc2.choose(table) == LEARNED_WEIGHT
+
+
+def test_the_refit_weight_is_chosen_on_the_selection_scores_only():
+    """weight_choice reads sel_* (unharvested train-suite shapes), never the test scores, and
+    averages families first: a family with more held-out kernels does not outvote another."""
+    from experiments.learning_curve_report import weight_choice
+
+    def rec(family, held, method, sel, test):
+        return {"family": family, "held_out": held, "harvest": "exhaustive", "method": method,
+                "update": "-", "seed": 0, "n_shapes": 2, "top1": test,
+                **{f"sel_{m}": sel for m in ("top1", "top4", "top8", "worst8")}}
+
+    table = pd.DataFrame([rec("gemm", "a", "refit:1", 0.90, 1.0),
+                          rec("gemm", "a", "refit:5", 0.95, 0.1),
+                          rec("gemm", "b", "refit:1", 0.90, 1.0),
+                          rec("gemm", "b", "refit:5", 0.95, 0.1),
+                          rec("softmax", "c", "refit:1", 0.99, 1.0),
+                          rec("softmax", "c", "refit:5", 0.80, 0.1),
+                          rec("gemm", "a", "continue", 1.0, 1.0)])
+    text = "\n".join(weight_choice(table))
+    assert "Best: **refit:1**" in text  # (0.90 + 0.99) / 2 > (0.95 + 0.80) / 2
+    assert "continue" not in text.split("|", 1)[1]
+    assert weight_choice(table[table["method"] != "refit:5"]) == []  # one weight: no choice

@@ -72,7 +72,7 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
             model.fit(rows)
     except ValueError as exc:
         fail(str(exc))
-    path = model.save(out)
+    path = model.save(out, training=rows)
     what = (f"a {'/'.join(sorted(rows['kernel'].astype(str).unique()))} family model "
             if suite == "harvested" else "")
     typer.echo(f"trained {what}on {rows['workload'].nunique()} workloads ({len(rows)} rows, "

@@ -8,8 +8,10 @@ else ``~/.cache/costtune``) holds
 - ``rows.parquet``: every harvested row of the kernel (family-labelled: ``kernel`` is the
   family, the config columns carry the family's parameter names);
 - ``model-<id>.json`` + ``.ubj`` (+ ``.forest.npz``, what the pruning hook scores with): a
-  ``CostModel``, the base model's booster with trees added on those rows (XGBoost's continued
-  training, ``xgb_model=``);
+  ``CostModel`` learned from those rows and the base model: refitted on the base's training
+  table and the kernel's rows together (``"refit"``, where the base ships its table, as every
+  shipped stage-1 model does: ``costtune.model.training``), else the base's booster with
+  trees added on the kernel's rows (XGBoost's continued training, ``xgb_model=``);
 - ``current.json``: which model is current, its base model and family, the rows it learned.
 
 ``update`` holds the folder's lock (``filelock``) while it merges the new rows into
@@ -19,11 +21,12 @@ it, so several processes (ranks) tuning the same kernel neither lose each other'
 let a reader see a torn model. The previous model's pair is kept (a reader may have just read
 the pointer); older ones are removed.
 
-Why continued training and not a residual model: a residual booster fitted over the base's
-scores (``base_margin``) with the same parameters is the same model as the trees continued
-training adds; by replay (``experiments/learning_curve.py --method residual``) the two scored
-identically on every row. The continued booster ships because it is one ordinary model file
-that every loader already reads.
+Why a refit and not continued training: trees added on a few harvested workloads either
+barely move a base that ranks them poorly or overfit them; a refit weighs them against the
+base's own rows. By replay on held-out implementations (``experiments/learning_curve.py``),
+the refit ranks the held-out kernels' unseen shapes better than continued training
+(experiments/RESULTS.md, issue 19, has the figures). A residual booster fitted over the base's scores
+(``base_margin``) scored identically to continued training on every row, so it is not kept.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from costtune.model.files import POINTER, current_model
 
 __all__ = ["METHODS", "current_model", "fit_update", "read_rows", "update", "update_strength"]
 
-METHODS = ("continue", "residual")
+METHODS = ("continue", "residual", "refit")
 ROWS = "rows.parquet"
 LOCK = ".lock"
 LOCK_TIMEOUT_S = 600.0
@@ -54,6 +57,11 @@ LOCK_TIMEOUT_S = 600.0
 # the base ranked well (held-out dtype), light ones (20, 0.05, 4) barely moved a poor base
 # (held-out family, GEMM top-1 from 0.65: 0.62 light, 0.82 full after 2 exhaustive shapes).
 TRUSTED = 0.98
+# A harvested workload's weight against one of the base's own when a model is refitted on
+# both (``"refit"``, used where the base ships its training table): chosen by replay on
+# training data only (experiments/learning_curve.py --methods refit:<w>: held-out
+# implementations, scored on their unharvested train-suite shapes).
+REFIT_WEIGHT = 2.0
 LIGHT = (20, {"eta": 0.05, "max_depth": 4, "min_child_weight": 5.0})
 FULL = (50, {"eta": 0.1, "max_depth": 6, "min_child_weight": 1.0})
 
@@ -72,14 +80,17 @@ def update_strength(base: Any, rows: pd.DataFrame) -> tuple[str, int, dict[str, 
 
 
 def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
-               rounds: int | None = None, params: dict[str, Any] | None = None) -> Any:
+               rounds: int | None = None, params: dict[str, Any] | None = None,
+               table: Any = None, weight: float = REFIT_WEIGHT) -> Any:
     """A model that ranks like ``base`` corrected by ``rows`` (dataset rows of one family).
 
     ``"continue"``: ``base``'s booster plus ``rounds`` trees of its objective, ``params``
     over its parameters (a ``CostModel``); both None: ``update_strength`` picks them.
     ``"residual"``: a separate booster of the same trees fitted over ``base``'s scores
     (``base_margin``), the two summed at scoring (in memory only; compared with continued
-    training by replay)."""
+    training by replay). ``"refit"``: ``base``'s parameters fitted afresh on its training
+    ``table`` (``costtune.model.training.TrainingTable``) and ``rows``, each workload of
+    ``rows`` weighing ``weight`` table workloads."""
     import xgboost as xgb
 
     from costtune.model.features import design_matrix
@@ -88,6 +99,12 @@ def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; use one of {list(METHODS)}")
     base._check_fitted()
+    if method == "refit":
+        from costtune.model.training import refit
+
+        if table is None:
+            raise ValueError("method 'refit' needs the base model's training table")
+        return refit(base, table, rows, weight=weight)
     model = CostModel(**base.get_params())
     target_rows, target, groups = model._targets(rows)
     x = design_matrix(target_rows, base.feature_names_, features=base.features)
@@ -161,7 +178,12 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
            family: str, method: str = "continue", rounds: int | None = None) -> Path:
     """Merge ``rows`` (family-labelled dataset rows of one kernel) into the folder's rows and
     retrain its model from ``base`` (a model name or path) on all of them; returns the new
-    model's JSON path. Safe across processes (see the module docstring)."""
+    model's JSON path. Safe across processes (see the module docstring).
+
+    Where the base ships its training table (``costtune.model.training``; every shipped
+    stage-1 model does) and ``rounds`` is None, the model is refitted on that table and the
+    kernel's rows (each of its workloads weighing ``REFIT_WEIGHT``); otherwise continued
+    training adds ``rounds`` trees (None: ``update_strength``)."""
     from costtune.model.registry import load_model
     from costtune.store.locks import acquire
 
@@ -182,9 +204,16 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
         _write_atomic(folder / ROWS, lambda p: merged.to_parquet(p, index=False))
         base_model = load_model(os.fspath(base) if not hasattr(base, "booster_") else base,
                                 family)
-        strength, auto_rounds, params = update_strength(base_model, merged)
-        rounds = auto_rounds if rounds is None else rounds
-        model = fit_update(base_model, merged, method="continue", rounds=rounds, params=params)
+        table = None if rounds is not None else base_table(base, base_model)
+        if table is not None:
+            strength, rounds, method = (f"weight {REFIT_WEIGHT:g}", base_model.n_estimators,
+                                        "refit")
+            model = fit_update(base_model, merged, method="refit", table=table)
+        else:
+            strength, auto_rounds, params = update_strength(base_model, merged)
+            rounds = auto_rounds if rounds is None else rounds
+            model = fit_update(base_model, merged, method="continue", rounds=rounds,
+                               params=params)
         stem = f"model-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         path = model.save(folder / stem)
         record = {"model": stem, "base": base if isinstance(base, str) else "given",
@@ -199,6 +228,31 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
         return path
     finally:
         lock.release()
+
+
+def base_table(base: Any, model: Any) -> Any:
+    """The training table of the base model file ``base`` (a name or path) that serves
+    ``model``'s family (``h200`` -> ``h200_<family>`` when that file is the one loaded);
+    None when it ships none, or when it was given as an object."""
+    from costtune.model.training import TrainingTable
+
+    if hasattr(base, "booster_"):
+        return None
+    from costtune.model.files import is_shipped_name, resolve
+
+    name = os.fspath(base)
+    if is_shipped_name(name) and len(model.families_) == 1:
+        try:  # the family's own file is what load_for_family loaded when it exists
+            resolve(f"{name}_{model.families_[0]}")
+            name = f"{name}_{model.families_[0]}"
+        except FileNotFoundError:
+            pass
+    try:
+        table = TrainingTable.load(name, names=model.feature_names_)
+    except Exception:  # noqa: BLE001 - a stale or torn table: learn by continuing
+        return None
+    # The table of the very fit that made the model: as many rows as it was trained on.
+    return table if table is not None and len(table) == model.n_train_rows_ else None
 
 
 def _write_atomic(path: Path, write: Any) -> None:
