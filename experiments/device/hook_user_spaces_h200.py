@@ -17,8 +17,11 @@ same way against the same call's exhaustive times.
 
 Writes ``$OUT/spaces.jsonl`` (every config's time per shape) and ``$OUT/methods.jsonl`` (one
 line per shape, method and k), line by line; a shape already in them is skipped (resumable).
+``--learn-shapes``: only the whole-list times (``spaces.jsonl``) at the more shapes of
+``LEARN_SHAPES``, the data ``experiments/learn_user_kernels.py`` replays ``learn=True`` on.
 
     python3 experiments/device/hook_user_spaces_h200.py --out $OUT [--budget-s 420]
+        [--learn-shapes]
 """
 
 from __future__ import annotations
@@ -45,6 +48,22 @@ SHAPES = {
     "inductor_softmax": [{"rows": 32768, "cols": 2048}, {"rows": 8192, "cols": 8192},
                          {"rows": 4096, "cols": 30000}],
     "tutorial02_softmax": [{"rows": 8192, "cols": 3000}, {"rows": 32768, "cols": 1024}],
+}
+# More shapes per style, whole lists timed only (--learn-shapes): with SHAPES, the sequence of
+# tuning calls experiments/learn_user_kernels.py replays learn=True over.
+LEARN_SHAPES = {
+    "tutorial03_matmul": [{"M": 8192, "N": 8192, "K": 1024}, {"M": 4096, "N": 14336, "K": 4096},
+                          {"M": 256, "N": 4096, "K": 4096}, {"M": 2048, "N": 2048, "K": 8192},
+                          {"M": 8192, "N": 1024, "K": 4096}, {"M": 3072, "N": 3072, "K": 3072}],
+    "inductor_softmax": [{"rows": 16384, "cols": 4096}, {"rows": 65536, "cols": 1024},
+                         {"rows": 2048, "cols": 50304}, {"rows": 131072, "cols": 512},
+                         {"rows": 8192, "cols": 12288}, {"rows": 1024, "cols": 131072}],
+    "tutorial02_softmax": [{"rows": 4096, "cols": 4096}, {"rows": 16384, "cols": 768},
+                           {"rows": 2048, "cols": 12000}, {"rows": 65536, "cols": 512},
+                           {"rows": 2048, "cols": 8192}, {"rows": 8192, "cols": 1500}],
+    "tutorial06_attention": [{"B": 4, "H": 32, "S": 1024, "D": 64, "causal": 0},
+                             {"B": 1, "H": 16, "S": 8192, "D": 128, "causal": 1},
+                             {"B": 16, "H": 8, "S": 512, "D": 64, "causal": 1}],
 }
 METHODS = {"stage1": {}, "two_stage": {"two_stage": True},
            "two_stage:w0": {"two_stage": True, "stage1_weight": 0.0},
@@ -159,8 +178,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget-s", type=float, default=420.0)
-    ap.add_argument("--styles", nargs="*", default=list(SHAPES))
+    ap.add_argument("--styles", nargs="*", default=None)
+    ap.add_argument("--learn-shapes", action="store_true",
+                    help="whole-list times only, at LEARN_SHAPES")
     args = ap.parse_args()
+    shapes = LEARN_SHAPES if args.learn_shapes else SHAPES
     import torch
     import triton
     from user_kernels import STYLES
@@ -169,12 +191,12 @@ def main() -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     spaces, methods = args.out / "spaces.jsonl", args.out / "methods.jsonl"
-    done = done_shapes(methods)
+    done = done_shapes(spaces if args.learn_shapes else methods)
     env = environment(sm_clock=False)
     start = time.perf_counter()
-    for name in args.styles:
+    for name in args.styles or list(shapes):
         configs = configs_of(name)
-        for problem in SHAPES[name]:
+        for problem in shapes[name]:
             key = (name, json.dumps(problem, sort_keys=True))
             if key in done:
                 continue
@@ -189,6 +211,13 @@ def main() -> int:
                         + "\n")
             times = record["times"]
             best = min(times.values())
+            print(f"{name} {problem}: {len(configs)} configs in {time.perf_counter() - t0:.0f}"
+                  f" s, best {best:.4f} ms, error {record['best_config_error']:.2e}",
+                  flush=True)
+            if args.learn_shapes:
+                del tuner
+                torch.cuda.empty_cache()
+                continue
             for method in METHODS:
                 for k in KS:
                     got = kept_by(method, STYLES[name].family, k, configs, seen, tuner)
@@ -206,9 +235,6 @@ def main() -> int:
                     with methods.open("a") as f:
                         f.write(json.dumps({"style": name, "problem": problem, "method": method,
                                             "k": k, **got}) + "\n")
-            print(f"{name} {problem}: {len(configs)} configs in {time.perf_counter() - t0:.0f}"
-                  f" s, best {best:.4f} ms, error {record['best_config_error']:.2e}",
-                  flush=True)
             del tuner
             torch.cuda.empty_cache()
     print("torch", torch.__version__, "triton", triton.__version__)
