@@ -188,8 +188,8 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
     from costtune.store.locks import acquire
 
     if method != "continue":
-        raise ValueError(f"a kernel's saved model is trained by continued training; "
-                         f"method {method!r} is for replay comparisons only")
+        raise ValueError(f"update() refits or continues by the base it is given; method "
+                         f"{method!r} is for replay comparisons only (fit_update)")
     if rows.empty:
         raise ValueError("no rows to learn from")
     if set(rows["kernel"].astype(str)) != {family}:

@@ -1,0 +1,44 @@
+"""experiments/learn_user_kernels.py: tuning calls of a user-style kernel replayed through
+costtune.autotune on H200-measured times; learn=True writes and reads the per-kernel model
+(refit from the shipped table, or trees added from a copy without it)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from experiments import harness
+from experiments import learn_user_kernels as luk
+
+
+@pytest.fixture(scope="module", autouse=True)
+def user_kernels_importable():
+    sys.path.insert(0, str(harness.ROOT / "experiments"))
+
+
+@pytest.fixture(scope="module")
+def records():
+    data = luk.spaces()
+    assert len(data["inductor_softmax"]) >= luk.MIN_SHAPES  # the shipped raw records
+    return data["inductor_softmax"][:3]
+
+
+@pytest.mark.parametrize("mode,method", [("learn", "refit"), ("learn:continue", "continue"),
+                                         ("shipped", "")])
+def test_a_program_learns_by_the_modes_method(records, mode, method, monkeypatch):
+    monkeypatch.setenv("COSTTUNE_HOME", "unused")  # program() uses a fresh one, then restores
+    calls = luk.program("inductor_softmax", records, mode=mode, k=4, seed=0)
+    assert [c["position"] for c in calls] == [0, 1, 2]
+    assert {c["learned"] for c in calls} == {method}
+    for c in calls:
+        assert 0 < c["score"] <= 1.0 and c["benchmarked"] == 4
+    assert os.environ["COSTTUNE_HOME"] == "unused"
+
+
+def test_explore_benchmarks_the_whole_list_once(records):
+    calls = luk.program("inductor_softmax", records, mode="learn:explore", k=4, seed=1)
+    assert [c["explore"] for c in calls] == [True, False, False]
+    assert calls[0]["benchmarked"] == len(records[0]["times"]) and calls[0]["score"] == 1.0
+    assert calls[1]["benchmarked"] == 4
