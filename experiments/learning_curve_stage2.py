@@ -1,8 +1,10 @@
 """Learning the user's kernel with compiled features: does a harvest teach stage 2 faster?
 
 The replay of ``experiments/learning_curve.py`` (held-out implementations, N = 0, 1, 2, 4, 8
-exhaustively harvested train-suite shapes, continued training as ``learn=True`` does, scored
-on the held-out test suite), with the compiled-feature model learned beside the static one:
+exhaustively harvested train-suite shapes, scored on the held-out test suite), with the
+compiled-feature model learned beside the static one, each updated as ``learn=True`` updates
+it (stage 1 refitted on its training table plus the harvest, weight ``REFIT_WEIGHT``; stage 2,
+whose shipped model has no table, by continued training):
 
 - ``stage 1``: the static model (the family's shipped stage-1 kind) updated on the harvest,
   ranking every config: the learning curve's own rows;
@@ -41,6 +43,7 @@ from costtune.evaluate.metrics import (  # noqa: E402
 )
 from costtune.features.static import static_features  # noqa: E402
 from costtune.model.learned import fit_update  # noqa: E402
+from costtune.model.training import TrainingTable  # noqa: E402
 from experiments import harness  # noqa: E402
 from experiments import learning_curve as lc  # noqa: E402
 from experiments.loio import SHORTLIST, two_stage_order, with_tables  # noqa: E402
@@ -69,6 +72,7 @@ def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int]) ->
         return []
     base1 = default_model(family=family, features=lc.shipped_features(family)).fit(
         case["train"])
+    table1 = TrainingTable.from_rows(base1, case["train"])
     base2 = default_model(family="all", features="static+compiled").fit(others)
     parts = {"test": case["test"].reset_index(drop=True),
              "pool": case["pool"].reset_index(drop=True)}
@@ -81,7 +85,7 @@ def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int]) ->
             if n > len(order):
                 continue
             taken = case["pool"][case["pool"]["workload"].isin(order[:n])]
-            m1 = fit_update(base1, taken) if n else base1
+            m1 = fit_update(base1, taken, method="refit", table=table1) if n else base1
             m2 = fit_update(base2, taken) if n else base2
             for suite, rows in parts.items():
                 if suite == "pool":
@@ -142,11 +146,12 @@ def report(table: pd.DataFrame, *, n_rows: int, seeds: int, seconds: float) -> l
     return ["# Learning curve with compiled features (held-out implementations)", "",
             harness.provenance(dataset=harness.DATASET, n_rows=n_rows), "",
             "- Protocol: `experiments/learning_curve.py`'s replay (exhaustive harvest, "
-            f"continued training with `costtune.model.learned.fit_update`, {seeds} seeds, "
-            "means shown), with a static+compiled booster for all families (trained on every "
-            "other implementation's train suite) learned beside the static stage-1 model from "
-            "the same harvested rows and their compiled features (the held-out kernel's own, "
-            "datasets/h200's feature tables). `two-stage w=x`: the best "
+            "`costtune.model.learned.fit_update` as `learn=True` updates each model: stage 1 "
+            f"refitted with its training rows ({lc.SHIPPED}), stage 2 by continued training; "
+            f"{seeds} seeds, means shown), with a static+compiled booster for all families "
+            "(trained on every other implementation's train suite) learned beside the static "
+            "stage-1 model from the same harvested rows and their compiled features (the "
+            "held-out kernel's own, datasets/h200's feature tables). `two-stage w=x`: the best "
             f"{SHORTLIST} by the learned stage 1, ordered by the blend of the two learned "
             "models at stage-1 weight x (`costtune.tune.ranking.blend_order`).",
             "- The weight is chosen on training data only: the held-out kernel's train-suite "
