@@ -119,6 +119,42 @@ def test_a_new_process_ranks_with_the_kernels_learned_model(home):
     assert CostModel.load(lines["UPDATED"]).n_train_rows_ > CostModel.load(path).n_train_rows_
 
 
+def test_learning_runs_beside_the_program_and_the_next_tuning_waits(home, monkeypatch):
+    """The update runs in a thread: the tuning call returns before the model is written, the
+    kernel's next tuning waits for it and ranks with it, and a process that exits right after
+    tuning still writes what it learned."""
+    import threading
+
+    from costtune.model import learned
+
+    gate, real = threading.Event(), learned.update
+
+    def held(*args, **kwargs):
+        gate.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(learned, "update", held)
+    t = run(tuner(StepBench(), learn=True))  # returned while its update waits on the gate
+    folder = t.learner.folder()
+    assert t.learner._pending.is_alive() and current_model(folder) is None
+    gate.set()
+    run(t, 64, 64, 64)  # a new shape: tunes again, after the first update is written
+    first = t.learner.updated[0]
+    assert t.early_config_prune.last.model == str(first)
+    assert len(t.learner.updated) == 2 and current_model(folder)[0] == t.learner.updated[1]
+
+    monkeypatch.setattr(learned, "update", real)
+    env = {**os.environ, "COSTTUNE_HOME": str(home / "exits"), "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    code = ("from learning_helpers import StepBench, run, tuner\n"
+            "run(tuner(StepBench(), learn=True))\n")  # exits without waiting itself
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    written = list((home / "exits").rglob("current.json"))
+    assert len(written) == 1 and current_model(written[0].parent) is not None
+
+
 def test_concurrent_updates_keep_every_row(tmp_path):
     df = costtune.load_dataset(DATASET, kernel="softmax")
     workloads = sorted(df["workload"].unique())[:3]

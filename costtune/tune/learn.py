@@ -20,6 +20,7 @@ pruner loads it through ``costtune.model.registry``). A kernel that does not rea
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,22 +34,42 @@ STAGE2 = "stage2"  # the kernel folder's sub-folder for its stage-2 (compiled) m
 class Learner:
     """Updates and locates one kernel's per-kernel model; built by ``costtune.autotune``.
 
-    ``updated``: model files written by this process; ``skipped``: why a tuning taught
-    nothing."""
+    ``record`` reads what a tuning measured at once and updates the models in a background
+    thread, so the tuning call returns as soon as its kernel has run (a refit of a shipped
+    GEMM model takes seconds); the kernel's next tuning (``wait``, called by the tuner before
+    it prunes) and the process's exit wait for it. ``updated``: model files written by this
+    process; ``skipped``: why a tuning taught nothing (both wait for a pending update)."""
 
     def __init__(self, fn: Any, *, model: Any) -> None:
         base = getattr(fn, "fn", fn)
         self.name = getattr(base, "__name__", "kernel")
         self.hash = source_hash(fn)
         self.model = os.fspath(model) if isinstance(model, os.PathLike) else model
-        self.updated: list[Path] = []
-        self.skipped: list[str] = []
+        self._updated: list[Path] = []
+        self._skipped: list[str] = []
+        self._pending: threading.Thread | None = None
         self._gpu: str | None = None
+
+    @property
+    def updated(self) -> list[Path]:
+        self.wait()
+        return self._updated
+
+    @property
+    def skipped(self) -> list[str]:
+        self.wait()
+        return self._skipped
 
     @property
     def learns(self) -> bool:
         """Only a model given by name or path can be learned from (its files are the base)."""
         return isinstance(self.model, str)
+
+    def wait(self) -> None:
+        """Return once the update of the last ``record`` is written."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.join()
 
     def folder(self) -> Path:
         from costtune.model.files import kernel_dir
@@ -58,16 +79,16 @@ class Learner:
             self._gpu = current_gpu() or "cpu"  # what harvest records without a GPU
         return kernel_dir(self.name, self.hash, self._gpu)
 
-    def _record_stage2(self, tuner: Any, args: tuple, kwargs: dict[str, Any], rows: Any,
-                       family: str) -> Path | None:
+    def _stage2_rows(self, tuner: Any, args: tuple, kwargs: dict[str, Any], rows: Any
+                     ) -> tuple[Any, str] | None:
         """With ``two_stage``: the stage-2 model learns from the same rows too, with the
         compiled features of the user's kernel at each benchmarked config (its folder's
-        ``stage2/``). Skipped, and said in ``skipped``, where the kernel cannot be compiled
-        here (Triton's interpreter) or the stage-2 model was given as an object."""
+        ``stage2/``): those rows and the base to update. Skipped, and said in ``skipped``,
+        where the kernel cannot be compiled here (Triton's interpreter) or the stage-2 model
+        was given as an object."""
         import pandas as pd
 
         from costtune.model.features import COMPILE_OK
-        from costtune.model.learned import update
         from costtune.model.registry import default_stage2
         from costtune.tune.launch import call_args
         from costtune.tune.ranking import kernel_compiled_table
@@ -78,7 +99,7 @@ class Learner:
         source = (pruner.stage2_model if pruner.stage2_model is not None
                   else default_stage2(pruner.model))
         if not isinstance(source, str | os.PathLike):
-            self.skipped.append("stage 2: the model was given as an object")
+            self._skipped.append("stage 2: the model was given as an object")
             return None
         configs = list(tuner.configs_timings)
         try:
@@ -87,47 +108,62 @@ class Learner:
                                           configs, cache_dir=pruner.cache_dir,
                                           workers=pruner.workers, memo=pruner._compiled)
         except Exception as exc:
-            self.skipped.append(f"stage 2: {type(exc).__name__}: {exc}")
+            self._skipped.append(f"stage 2: {type(exc).__name__}: {exc}")
             return None
         if len(table) != len(rows):
-            self.skipped.append("stage 2: rows and compiled configs differ")
+            self._skipped.append("stage 2: rows and compiled configs differ")
             return None
         table[COMPILE_OK] = (table["compile_status"] == "ok").astype(float)
         table = table.drop(columns=["compile_error", "compile_key", "compile_s"])
         learned = pd.concat([rows.reset_index(drop=True), table.reset_index(drop=True)],
                             axis=1)
-        path = update(self.folder() / STAGE2, learned, base=os.fspath(source), family=family)
-        self.updated.append(path)
-        return path
+        return learned, os.fspath(source)
 
-    def record(self, tuner: Any, args: tuple, kwargs: dict[str, Any]) -> Path | None:
-        """Learn from the tuning ``tuner.run(*args, **kwargs)`` just did; never raises."""
+    def record(self, tuner: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Learn from the tuning ``tuner.run(*args, **kwargs)`` just did: its rows are read
+        now, the models updated in the background (``wait``); never raises."""
         from costtune.tune.harvest import tuning_rows
 
+        self.wait()
         try:
             if not self.learns:
-                self.skipped.append("the model was given as an object, not a name or path")
-                return None
+                self._skipped.append("the model was given as an object, not a name or path")
+                return
             import pandas as pd
-
-            from costtune.model.learned import update
 
             _, rows = tuning_rows(tuner, args, kwargs=kwargs, gpu=self._gpu)
             rows = pd.DataFrame(rows)
             if rows.empty or rows["family"].isna().all():
-                self.skipped.append(f"{self.name} does not read as a kernel family")
-                return None
+                self._skipped.append(f"{self.name} does not read as a kernel family")
+                return
             family = str(rows["family"].dropna().iloc[0])
             rows = rows[rows["family"] == family].assign(kernel=family,
                                                          kernel_hash=self.hash)
-            path = update(self.folder(), rows, base=self.model, family=family)
-            self.updated.append(path)
-            self._record_stage2(tuner, args, kwargs, rows, family)
-            return path
+            jobs = [(self.folder(), rows, self.model)]
+            stage2 = self._stage2_rows(tuner, args, kwargs, rows)
+            if stage2 is not None:
+                jobs.append((self.folder() / STAGE2, *stage2))
         except Exception as exc:  # learning only helps later calls; never break this one
-            from costtune.tune.decision import warn
+            self._failed(exc)
+            return
+        # Not a daemon: a process that ends right after tuning still writes what it learned.
+        self._pending = threading.Thread(target=self._update, args=(jobs, family),
+                                         name=f"costtune-learn-{self.name}")
+        self._pending.start()
 
-            self.skipped.append(f"{type(exc).__name__}: {exc}")
-            warn(f"costtune: the per-kernel model of {self.name} was not updated "
-                 f"({type(exc).__name__}: {exc})")
-            return None
+    def _update(self, jobs: list[tuple[Path, Any, str]], family: str) -> None:
+        from costtune.model.learned import update
+
+        for folder, rows, base in jobs:
+            try:
+                self._updated.append(update(folder, rows, base=base, family=family))
+            except Exception as exc:  # noqa: BLE001 - said in skipped and warned
+                self._failed(exc)
+                return
+
+    def _failed(self, exc: Exception) -> None:
+        from costtune.tune.decision import warn
+
+        self._skipped.append(f"{type(exc).__name__}: {exc}")
+        warn(f"costtune: the per-kernel model of {self.name} was not updated "
+             f"({type(exc).__name__}: {exc})")

@@ -6,7 +6,8 @@ plus the harvest); ``--phase 2``, a new process with the same ``COSTTUNE_HOME``,
 shapes and must rank with the learned file.
 
 Per tuning call, one JSON line in ``$OUT/learn_refit.jsonl``: the phase, style and shape, the
-call's seconds, the seconds ``learn=True`` spent updating (``Learner.record``), the configs
+call's seconds, the seconds ``learn=True`` spent inside it (``Learner.record``: reading the
+rows; the update runs in a thread) and waiting for the update after it (``wait_s``), the configs
 benchmarked, what ranked (``last.model``: the shipped name or the kernel's learned file), how
 the model was learned (``refit`` / ``continue``), what was skipped, the config picked and its
 output's error against torch. A check, not a quality figure: quality is replayed on the
@@ -77,11 +78,14 @@ def main() -> int:
             out = style.launch(tuner, inputs)
             torch.cuda.synchronize()
             seconds = time.perf_counter() - start
+            start = time.perf_counter()
+            tuner.learner.wait()  # the update runs in a thread after the call returned
+            wait_s = time.perf_counter() - start
             last = tuner.early_config_prune.last
             updated = tuner.learner.updated
             how = current_model(updated[-1].parent)[1].get("method") if updated else None
             record = {"phase": args.phase, "style": name, "problem": problem, "top_k": k,
-                      "seconds": seconds, "learn_s": sum(spent),
+                      "seconds": seconds, "learn_s": sum(spent), "wait_s": wait_s,
                       "benchmarked": len(tuner.configs_timings),
                       "ranked_by": last.model if last else None, "learned_by": how,
                       "updated": [str(p) for p in updated],
@@ -91,8 +95,8 @@ def main() -> int:
             with path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             print(json.dumps({k: record[k] for k in ("phase", "style", "problem", "seconds",
-                                                     "learn_s", "ranked_by", "learned_by",
-                                                     "rel_err")}), flush=True)
+                                                     "learn_s", "wait_s", "ranked_by",
+                                                     "learned_by", "rel_err")}), flush=True)
     return 0
 
 
