@@ -61,7 +61,7 @@ TRUSTED = 0.98
 # both (``"refit"``, used where the base ships its training table): chosen by replay on
 # training data only (experiments/learning_curve.py --methods refit:<w>: held-out
 # implementations, scored on their unharvested train-suite shapes).
-REFIT_WEIGHT = 5.0
+REFIT_WEIGHT = 10.0
 LIGHT = (20, {"eta": 0.05, "max_depth": 4, "min_child_weight": 5.0})
 FULL = (50, {"eta": 0.1, "max_depth": 6, "min_child_weight": 1.0})
 
