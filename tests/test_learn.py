@@ -121,8 +121,8 @@ def test_a_new_process_ranks_with_the_kernels_learned_model(home):
 
 def test_learning_runs_beside_the_program_and_the_next_tuning_waits(home, monkeypatch):
     """The update runs in a thread: the tuning call returns before the model is written, the
-    kernel's next tuning waits for it and ranks with it, and a process that exits right after
-    tuning still writes what it learned."""
+    kernel's next tuning (by any tuner of it) waits for it and ranks with it, and a process
+    that exits right after tuning still writes what it learned."""
     import threading
 
     from costtune.model import learned
@@ -138,10 +138,13 @@ def test_learning_runs_beside_the_program_and_the_next_tuning_waits(home, monkey
     folder = t.learner.folder()
     assert t.learner._pending.is_alive() and current_model(folder) is None
     gate.set()
-    run(t, 64, 64, 64)  # a new shape: tunes again, after the first update is written
-    first = t.learner.updated[0]
-    assert t.early_config_prune.last.model == str(first)
-    assert len(t.learner.updated) == 2 and current_model(folder)[0] == t.learner.updated[1]
+    # another costtune.autotune of the same kernel, a new shape: it waits for that update
+    other = run(tuner(StepBench(), learn=True), 64, 64, 64)
+    (first,) = t.learner.updated
+    assert other.early_config_prune.last.model == str(first)
+    run(t, 128, 64, 64)  # the first tuner again: ranks with what the other one learned
+    assert t.early_config_prune.last.model == str(other.learner.updated[0])
+    assert current_model(folder)[0] == t.learner.updated[1]
 
     monkeypatch.setattr(learned, "update", real)
     env = {**os.environ, "COSTTUNE_HOME": str(home / "exits"), "TRITON_INTERPRET": "1",

@@ -29,6 +29,10 @@ from costtune.tune.harvest import source_hash
 __all__ = ["STAGE2", "Learner", "source_hash"]
 
 STAGE2 = "stage2"  # the kernel folder's sub-folder for its stage-2 (compiled) model
+# The update in flight per kernel (name, source hash), shared by every Learner of the kernel in
+# this process: a second ``costtune.autotune`` of the same kernel waits for it too.
+_PENDING: dict[tuple[str, str], threading.Thread] = {}
+_PENDING_LOCK = threading.Lock()
 
 
 class Learner:
@@ -47,7 +51,6 @@ class Learner:
         self.model = os.fspath(model) if isinstance(model, os.PathLike) else model
         self._updated: list[Path] = []
         self._skipped: list[str] = []
-        self._pending: threading.Thread | None = None
         self._gpu: str | None = None
 
     @property
@@ -65,11 +68,18 @@ class Learner:
         """Only a model given by name or path can be learned from (its files are the base)."""
         return isinstance(self.model, str)
 
+    @property
+    def _pending(self) -> threading.Thread | None:
+        return _PENDING.get((self.name, self.hash))
+
     def wait(self) -> None:
-        """Return once the update of the last ``record`` is written."""
-        pending, self._pending = self._pending, None
+        """Return once the kernel's update in flight (of any Learner of it) is written."""
+        pending = self._pending
         if pending is not None:
             pending.join()
+            with _PENDING_LOCK:
+                if _PENDING.get((self.name, self.hash)) is pending:
+                    del _PENDING[(self.name, self.hash)]
 
     def folder(self) -> Path:
         from costtune.model.files import kernel_dir
@@ -147,9 +157,11 @@ class Learner:
             self._failed(exc)
             return
         # Not a daemon: a process that ends right after tuning still writes what it learned.
-        self._pending = threading.Thread(target=self._update, args=(jobs, family),
-                                         name=f"costtune-learn-{self.name}")
-        self._pending.start()
+        thread = threading.Thread(target=self._update, args=(jobs, family),
+                                  name=f"costtune-learn-{self.name}")
+        with _PENDING_LOCK:
+            _PENDING[(self.name, self.hash)] = thread
+        thread.start()
 
     def _update(self, jobs: list[tuple[Path, Any, str]], family: str) -> None:
         from costtune.model.learned import update
