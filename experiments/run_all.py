@@ -53,8 +53,9 @@ CPU = [
      "in_distribution"),
     ("impl_descriptor", ["impl_descriptor"],
      "source features: one softmax model for every implementation", "impl_descriptor"),
-    ("learning_curve", ["learning_curve"],
-     "learning a held-out implementation from N harvested shapes; adaptive budget",
+    ("learning_curve", ["learning_curve", "--methods", "continue", "refit:1", "refit:2",
+                        "refit:5", "refit:10", "refit:20"],
+     "learning a held-out implementation from N harvested shapes; the refit weight; adaptive",
      "learning_curve"),
     ("learning_curve_stage2", ["learning_curve_stage2"],
      "the same with the compiled-feature model learned too (two_stage=True, learn=True)",
@@ -71,6 +72,9 @@ CPU = [
     ("hook_user_spaces", ["hook_user_spaces"],
      "the hook's ranking methods on user kernels timed whole (report from raw runs)",
      "hook_user_spaces"),
+    ("learn_user_kernels", ["learn_user_kernels"],
+     "learn=True through costtune.autotune on user kernels' measured lists (replay)",
+     "learn_user_kernels"),
     ("dask_scaling", ["dask_scaling.report"],
      "Dask collection scaling over GPUs (report from raw runs)", "dask_scaling"),
     ("compile_scaling", ["compile_scaling", "report"],
@@ -92,6 +96,10 @@ GPU_ONLY = [
     ("python experiments/device/collect_all.py run", "the H200 dataset's collection"),
     ("python experiments/device/hook_user_spaces_h200.py --out DIR",
      "user kernels timed whole, and what each ranking method keeps"),
+    ("python experiments/device/hook_user_spaces_h200.py --out DIR --learn-shapes",
+     "user kernels timed whole at more shapes (learn_user_kernels' data)"),
+    ("bash experiments/device/call_learn_refit_h200.sh",
+     "learn=True refitting across two processes on user kernels (a check)"),
 ]
 SKIPPED = 3  # a script's exit status for "inputs missing, nothing measured"
 
