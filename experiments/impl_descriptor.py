@@ -87,13 +87,14 @@ def ship(df: pd.DataFrame) -> list[str]:
     """Fit the shipped per-family stage-1 models on every implementation's train suite with
     the source features; save them beside the others (``h200_<family>``)."""
     from costtune.evaluate import default_model
+    from costtune.model.training import save_with_table
 
     lines = ["## Shipped", ""]
     for family in SHIP_FAMILIES:
         train = df[(df["kernel"] == family) & (df["suite"] == "train")]
         start = time.perf_counter()
         model = default_model(family=family, features="static+src").fit(train)
-        path = model.save(MODELS_DIR / f"h200_{family}", training=train)
+        path = save_with_table(model, MODELS_DIR / f"h200_{family}", train)
         lines.append(f"- `{path.relative_to(harness.ROOT)}`: static+src, {family}, "
                      f"{train['implementation'].nunique()} implementations, "
                      f"{train['workload'].nunique()} train-suite workloads, fitted in "

@@ -81,19 +81,26 @@ def tune(style, configs: list, record: dict, *, k: int, learn: bool, model: str)
     import costtune
 
     times = record["times"]
-    # The launch reads the GPU it ran on (tutorial 02's persistent grid: 4 programs per SM).
-    user_kernels.num_sms = lambda device: int(record["sm_count"])
     tuner = costtune.autotune(configs, key=list(style.key), family=style.family, top_k=k,
                               learn=learn, model=model, precompile=False)(style.kernel)
     tuner._bench = lambda *a, config, **m: [times[str(config)]] * 3
-    tuner.fn.run = lambda *a, **kw: None  # the launch after tuning: no GPU here
     inputs = style.make_inputs(record["problem"], device="cpu", dtype=style.gpu_dtype)
+    num_sms = user_kernels.num_sms
+    # The launch reads the GPU it ran on (tutorial 02's persistent grid: 4 programs per SM),
+    # and the kernel is not run after tuning (no GPU here); both undone after the call.
+    user_kernels.num_sms = lambda device: int(record["sm_count"])
+    tuner.fn.run = lambda *a, **kw: None
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        style.launch(tuner, inputs)
-        if tuner.learner is not None:
-            tuner.learner.wait()  # the update runs in a thread: count it, as the next call would
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            style.launch(tuner, inputs)
+            if tuner.learner is not None:
+                tuner.learner.wait()  # the update runs in a thread: count it, as the next
+                # call would wait for it
+    finally:
+        user_kernels.num_sms = num_sms
+        del tuner.fn.run
     seconds = time.perf_counter() - start
     picked = times[str(tuner.best_config)]
     learned = tuner.learner.updated if tuner.learner is not None else []

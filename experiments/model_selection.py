@@ -30,6 +30,7 @@ import pandas as pd
 
 from costtune.evaluate import evaluate
 from costtune.model import CostModel
+from costtune.model.training import save_with_table
 from experiments import harness
 
 ROOT = harness.ROOT
@@ -131,8 +132,8 @@ def ship(choice: pd.DataFrame, train: pd.DataFrame, compiled: pd.DataFrame | Non
             start = time.perf_counter()
             model = CostModel(**{**params, "n_jobs": threads}).fit(rows, **extra)
             model.set_params(n_jobs=1)  # the hook scores with one thread
-            path = model.save(MODELS_DIR / file,
-                              training=rows if stage == 1 else None)
+            path = (save_with_table(model, MODELS_DIR / file, rows) if stage == 1
+                    else model.save(MODELS_DIR / file))
             lines.append(f"- `{path.relative_to(ROOT)}`: {cand} "
                          f"({kernel or 'all families'}), {rows['workload'].nunique()} "
                          f"workloads, fitted in {time.perf_counter() - start:.0f} s")

@@ -13,7 +13,7 @@ import pytest
 import costtune
 from costtune.model.files import ModelSchemaError
 from costtune.model.learned import REFIT_WEIGHT, base_table, current_model, update
-from costtune.model.training import TrainingTable, refit, table_path
+from costtune.model.training import TrainingTable, refit, save_with_table, table_path
 from costtune.model.xgb import CostModel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,14 +67,14 @@ def test_harvested_workloads_count_with_their_weight(softmax_rows):
 def test_the_table_is_saved_beside_its_model_and_checked(softmax_rows, tmp_path):
     base_rows, _ = softmax_rows
     model = _model(base_rows)
-    path = model.save(tmp_path / "m", training=base_rows)
+    path = save_with_table(model, tmp_path / "m", base_rows)
     assert table_path(path) == tmp_path / "m.train.npz" and table_path(path).is_file()
     table = TrainingTable.load(path, names=model.feature_names_)
     np.testing.assert_array_equal(table.y, TrainingTable.from_rows(model, base_rows).y)
     with pytest.raises(ModelSchemaError, match="other features"):
         TrainingTable.load(path, names=model.feature_names_[:-1])
     with pytest.raises(ValueError, match="pass the fit's rows"):
-        model.save(tmp_path / "m", training=base_rows.iloc[:30])
+        save_with_table(model, tmp_path / "m", base_rows.iloc[:30])
     model.save(tmp_path / "m")  # a table of an earlier model of this name no longer applies
     assert TrainingTable.load(path) is None
     table_path(path).write_bytes(b"torn")
@@ -85,7 +85,7 @@ def test_the_table_is_saved_beside_its_model_and_checked(softmax_rows, tmp_path)
 def test_update_refits_where_the_base_ships_a_table(softmax_rows, tmp_path):
     base_rows, harvest = softmax_rows
     model = _model(base_rows)
-    with_table = model.save(tmp_path / "with", training=base_rows)
+    with_table = save_with_table(model, tmp_path / "with", base_rows)
     without = model.save(tmp_path / "without")
     assert len(base_table(str(with_table), CostModel.load(with_table))) == len(base_rows)
     assert base_table(str(without), CostModel.load(without)) is None

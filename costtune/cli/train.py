@@ -64,6 +64,7 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
     else:
         rows = _training_rows(data, dataset=dataset, suite=suite)
     from costtune.evaluate import default_model
+    from costtune.model.training import save_with_table
 
     model = default_model(objective=objective, features=features, seed=seed)
     try:
@@ -72,7 +73,7 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
             model.fit(rows)
     except ValueError as exc:
         fail(str(exc))
-    path = model.save(out, training=rows)
+    path = save_with_table(model, out, rows)
     what = (f"a {'/'.join(sorted(rows['kernel'].astype(str).unique()))} family model "
             if suite == "harvested" else "")
     typer.echo(f"trained {what}on {rows['workload'].nunique()} workloads ({len(rows)} rows, "

@@ -83,6 +83,15 @@ def model_paths(path: str | os.PathLike) -> tuple[Path, Path]:
     return p.with_name(p.name + ".json"), p.with_name(p.name + ".ubj")
 
 
+TABLE_SUFFIX = ".train.npz"  # a model's training table (``model.training``) beside it
+
+
+def table_path(model_path: str | os.PathLike) -> Path:
+    """``<stem>.train.npz`` for a model path given with or without its suffix."""
+    json_path, _ = model_paths(model_path)
+    return json_path.with_name(json_path.name[: -len(".json")] + TABLE_SUFFIX)
+
+
 def resolve(path_or_name: str | os.PathLike) -> tuple[Path, Path]:
     """The (JSON, booster) pair a path or name stands for; FileNotFoundError saying where it
     looked."""

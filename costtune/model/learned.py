@@ -96,6 +96,7 @@ def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
     import xgboost as xgb
 
     from costtune.model.features import design_matrix
+    from costtune.model.training import merged_ranges
     from costtune.model.xgb import CostModel, dataset_hash
 
     if method not in METHODS:
@@ -127,7 +128,7 @@ def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
     model.booster_ = booster
     model.feature_names_ = list(base.feature_names_)
     model.families_ = list(base.families_)
-    model.shape_ranges_ = _merged_ranges(base.shape_ranges_, rows)
+    model.shape_ranges_ = merged_ranges(base.shape_ranges_, rows)
     model.train_hash_ = dataset_hash(rows)
     model.n_train_rows_ = int(base.n_train_rows_ or 0) + len(target_rows)
     model.n_train_workloads_ = int(base.n_train_workloads_ or 0) + len(groups)
@@ -156,18 +157,6 @@ class _SumBooster:
     def set_param(self, params: Any) -> None:
         self.base.set_param(params)
         self.delta.set_param(params)
-
-
-def _merged_ranges(ranges: dict, rows: pd.DataFrame) -> dict:
-    from costtune.model.xgb import shape_ranges
-
-    out = {f: dict(r) for f, r in ranges.items()}
-    for family, new in shape_ranges(rows).items():
-        old = out.setdefault(family, {})
-        for key, (lo, hi) in new.items():
-            a, b = old.get(key, (lo, hi))
-            old[key] = (min(a, lo), max(b, hi))
-    return out
 
 
 def read_rows(folder: str | os.PathLike) -> pd.DataFrame:

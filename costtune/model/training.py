@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from costtune.model.files import ModelSchemaError, model_paths, resolve
+from costtune.model.files import ModelSchemaError, resolve, table_path
 
-SUFFIX = ".train.npz"
+__all__ = ["TrainingTable", "merged_ranges", "refit", "save_with_table", "table_path"]
 
 
 @dataclass(frozen=True)
@@ -98,10 +98,30 @@ class TrainingTable:
         return table
 
 
-def table_path(model_path: str | os.PathLike) -> Path:
-    """``<stem>.train.npz`` for a model path given with or without its suffix."""
-    json_path, _ = model_paths(model_path)
-    return json_path.with_name(json_path.name[: -len(".json")] + SUFFIX)
+def save_with_table(model: Any, path: str | os.PathLike, rows: pd.DataFrame) -> Path:
+    """``model.save(path)`` and the table of ``rows``, the rows it was fitted on, beside it
+    (what lets ``learn=True`` refit it); returns the JSON path. ValueError when ``rows`` are
+    not the fit's (another row count as the model sees them)."""
+    table = TrainingTable.from_rows(model, rows)
+    if len(table) != model.n_train_rows_:
+        raise ValueError(f"training rows: {len(table)} as the model sees them, but it was "
+                         f"fitted on {model.n_train_rows_}; pass the fit's rows")
+    json_path = model.save(path)
+    table.save(json_path)
+    return json_path
+
+
+def merged_ranges(ranges: dict, rows: pd.DataFrame) -> dict:
+    """Per-family shape ranges (log2 min/max) widened by ``rows``'."""
+    from costtune.model.xgb import shape_ranges
+
+    out = {f: dict(r) for f, r in ranges.items()}
+    for family, new in shape_ranges(rows).items():
+        old = out.setdefault(family, {})
+        for key, (lo, hi) in new.items():
+            a, b = old.get(key, (lo, hi))
+            old[key] = (min(a, lo), max(b, hi))
+    return out
 
 
 def refit(base: Any, table: TrainingTable, rows: pd.DataFrame, *, weight: float) -> Any:
@@ -140,9 +160,7 @@ def refit(base: Any, table: TrainingTable, rows: pd.DataFrame, *, weight: float)
     model.booster_ = xgb.train(model._xgb_params(), dmat, num_boost_round=model.n_estimators)
     model.feature_names_ = names
     model.families_ = list(base.families_)
-    from costtune.model.learned import _merged_ranges
-
-    model.shape_ranges_ = _merged_ranges(base.shape_ranges_, rows)
+    model.shape_ranges_ = merged_ranges(base.shape_ranges_, rows)
     model.train_hash_ = dataset_hash(rows)
     model.n_train_rows_ = len(table) + len(new_rows)
     model.n_train_workloads_ = len(table.groups) + len(new_groups)

@@ -49,6 +49,7 @@ from costtune.model.files import (
     load_booster,
     load_for_family,
     read_meta,
+    table_path,
 )
 from costtune.model.files import model_paths as _model_paths
 from costtune.model.files import resolve as _resolve
@@ -239,14 +240,13 @@ class CostModel(BaseEstimator):
             raise ValueError("this CostModel is not fitted; call fit(data) or CostModel.load()")
 
     # -------------------------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike, *, training: pd.DataFrame | None = None) -> Path:
+    def save(self, path: str | os.PathLike) -> Path:
         """Write ``<path>.json`` (metadata), ``<path>.ubj`` (booster) and
         ``<path>.forest.npz`` (the booster's trees for the pruning hook's xgboost-free
         scorer, ``model.forest``); returns the JSON path. They belong together by their stem
         (``costtune.model.files``): a copied or renamed pair loads its own booster.
-        ``training``: the rows the model was fitted on; their table (``<path>.train.npz``,
-        ``costtune.model.training``) lets ``learn=True`` refit the model with a kernel's
-        harvested rows instead of only adding trees.
+        A training table of an earlier model of that name (``<path>.train.npz``) is removed:
+        ``costtune.model.training.save_with_table`` writes the model with its own.
 
         The JSON holds the schema version, params, feature list, families, GPU, triton version,
         training data hash and per-family training shape ranges (log2 min/max).
@@ -269,17 +269,7 @@ class CostModel(BaseEstimator):
         }
         json_path.write_text(json.dumps(meta, indent=1) + "\n")
         write_forest(json_path, self.booster_)  # the hook's xgboost-free scorer
-        from costtune.model.training import TrainingTable, table_path
-
-        stale = table_path(json_path)
-        if training is not None:
-            table = TrainingTable.from_rows(self, training)
-            if len(table) != self.n_train_rows_:
-                raise ValueError(f"training: {len(table)} rows as the model sees them, but "
-                                 f"it was fitted on {self.n_train_rows_}; pass the fit's rows")
-            table.save(json_path)
-        elif stale.exists():  # a table of an earlier model of this name no longer applies
-            stale.unlink()
+        table_path(json_path).unlink(missing_ok=True)  # an earlier model's no longer applies
         return json_path
 
     @classmethod
