@@ -318,3 +318,22 @@ def test_a_child_silent_from_the_start_is_killed_after_stall_s(monkeypatch):
         pool.start()
     assert [f.result() for f in futures] == [0, 1]
     assert time.perf_counter() - start < 15 and pool.ran_here == 2
+
+
+def test_no_forking_while_a_learn_update_runs_in_a_thread():
+    """learn=True updates in a thread (tune.learn): while one is alive, compiles go to
+    threads, since a fork would copy the process without it and any lock it holds."""
+    import threading
+
+    from costtune.build.forked import LEARN_THREAD
+
+    assert can_fork_compile()
+    release = threading.Event()
+    update = threading.Thread(target=release.wait, args=(30,), name=f"{LEARN_THREAD}k")
+    update.start()
+    try:
+        assert not can_fork_compile()
+    finally:
+        release.set()
+        update.join()
+    assert can_fork_compile()

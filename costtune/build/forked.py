@@ -56,6 +56,7 @@ Job = tuple[Callable[[], Any], Future]
 # the dev VM, ~50-60 ms for a tuning process on the H200 host. Past this, the five forks of a
 # 16-child tree would cost more than processes gain over threads (0-0.6 s there).
 MAX_RESIDENT_BYTES = 6 * 2**30
+LEARN_THREAD = "costtune-learn-"  # how costtune.tune.learn names its update threads
 
 
 def can_fork_compile(*, max_resident: int = MAX_RESIDENT_BYTES) -> bool:
@@ -63,10 +64,12 @@ def can_fork_compile(*, max_resident: int = MAX_RESIDENT_BYTES) -> bool:
     cheaply: Linux (``os.fork``), Triton's cache on (not ``TRITON_ALWAYS_COMPILE``), at most
     ``max_resident`` bytes resident (a large process - a training job holding tens of GB -
     compiles in threads instead), and no ``torch.distributed`` process group or MPI in the
-    process (fork is unsafe with some RDMA transports, and the gain is small: threads)."""
+    process (fork is unsafe with some RDMA transports, and the gain is small: threads), nor a
+    ``learn=True`` update running in a thread (``tune.learn``: a fork copies only the forking
+    thread, and a lock the other holds would stay held in the child)."""
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
         return False
-    if "mpi4py" in sys.modules or _distributed():
+    if "mpi4py" in sys.modules or _distributed() or _learning():
         return False
     try:
         from triton import knobs
@@ -78,6 +81,11 @@ def can_fork_compile(*, max_resident: int = MAX_RESIDENT_BYTES) -> bool:
         return resident <= max_resident
     except Exception:
         return False
+
+
+def _learning() -> bool:
+    """Whether a ``learn=True`` update thread (named ``LEARN_THREAD...``) is alive."""
+    return any(t.name.startswith(LEARN_THREAD) and t.is_alive() for t in threading.enumerate())
 
 
 def _distributed() -> bool:

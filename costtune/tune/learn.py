@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from costtune.build.forked import LEARN_THREAD
 from costtune.tune.harvest import source_hash
 
 __all__ = ["STAGE2", "Learner", "source_hash"]
@@ -158,7 +159,7 @@ class Learner:
             return
         # Not a daemon: a process that ends right after tuning still writes what it learned.
         thread = threading.Thread(target=self._update, args=(jobs, family),
-                                  name=f"costtune-learn-{self.name}")
+                                  name=f"{LEARN_THREAD}{self.name}")
         with _PENDING_LOCK:
             _PENDING[(self.name, self.hash)] = thread
         thread.start()
