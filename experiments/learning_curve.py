@@ -228,7 +228,8 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
     train_ok = case["train"][case["train"]["status"] == "ok"]
     trained = trained_from_rows(train_ok, family)  # what the base learned from
     margin = margin_for(Adaptive(), family)
-    pool = case["pool"]
+    pool = case["pool"].reset_index(drop=True)
+    pool_feats = static_features(pool)  # sliced for the unharvested shapes below
     workloads = sorted(pool["workload"].unique())
     records = []
     for seed in range(seeds):
@@ -245,9 +246,10 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
                     n_rows = int(sum(len(t) for t in taken))
                     rec = score_model(model, test, feats, margin,
                                       trained=learned_values(trained, taken))
-                    rest = pool[~pool["workload"].isin(order[:i])].reset_index(drop=True)
-                    if i and not rest.empty:  # selection: the unharvested train shapes
-                        sel = ranked(model, rest, static_features(rest))[2]
+                    keep = ~pool["workload"].isin(order[:i]).to_numpy()
+                    if i and keep.any():  # selection: the unharvested train shapes
+                        sel = ranked(model, pool[keep].reset_index(drop=True),
+                                     pool_feats[keep].reset_index(drop=True))[2]
                         rec.update({f"sel_{k}": v for k, v in sel.items()})
                     records.append({"family": family, "held_out": case["held_out"],
                                     "harvest": harvest, "method": method,

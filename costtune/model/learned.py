@@ -96,8 +96,8 @@ def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
     import xgboost as xgb
 
     from costtune.model.features import design_matrix
-    from costtune.model.training import merged_ranges
-    from costtune.model.xgb import CostModel, dataset_hash
+    from costtune.model.training import learned_from
+    from costtune.model.xgb import CostModel
 
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; use one of {list(METHODS)}")
@@ -126,19 +126,9 @@ def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
         delta = xgb.train(params, dmat, num_boost_round=int(rounds))
         booster = _SumBooster(base.booster_, delta)
     model.booster_ = booster
-    model.feature_names_ = list(base.feature_names_)
-    model.families_ = list(base.families_)
-    model.shape_ranges_ = merged_ranges(base.shape_ranges_, rows)
-    model.train_hash_ = dataset_hash(rows)
-    model.n_train_rows_ = int(base.n_train_rows_ or 0) + len(target_rows)
-    model.n_train_workloads_ = int(base.n_train_workloads_ or 0) + len(groups)
-    gpus = {g.strip() for g in (base.gpu_ or "").split(",") if g.strip()}
-    if "gpu" in rows:
-        gpus |= set(rows["gpu"].dropna().astype(str))
-    model.gpu_ = ", ".join(sorted(gpus)) or None
-    model.triton_version_ = base.triton_version_
-    return model
-
+    return learned_from(model, base, rows,
+                        n_rows=int(base.n_train_rows_ or 0) + len(target_rows),
+                        n_workloads=int(base.n_train_workloads_ or 0) + len(groups))
 
 class _SumBooster:
     """Scores of a base booster plus a residual booster (``fit_update(method="residual")``)."""

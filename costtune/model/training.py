@@ -3,7 +3,7 @@ saved beside the model as ``<stem>.train.npz``, so that ``learn=True`` can refit
 on those rows and the user's harvested ones together (``costtune.model.learned``).
 
 A refit with no harvested rows is the shipped model again (same rows, parameters and seed;
-tests/test_learn.py checks it). The table records the feature names it was built with;
+tests/test_training.py checks it). The table records the feature names it was built with;
 loading it for a model with other names is a ``ModelSchemaError``.
 
 >>> import pandas as pd
@@ -31,7 +31,7 @@ import pandas as pd
 
 from costtune.model.files import ModelSchemaError, resolve, table_path
 
-__all__ = ["TrainingTable", "merged_ranges", "refit", "save_with_table", "table_path"]
+__all__ = ["TrainingTable", "learned_from", "refit", "save_with_table", "table_path"]
 
 
 @dataclass(frozen=True)
@@ -111,17 +111,31 @@ def save_with_table(model: Any, path: str | os.PathLike, rows: pd.DataFrame) -> 
     return json_path
 
 
-def merged_ranges(ranges: dict, rows: pd.DataFrame) -> dict:
-    """Per-family shape ranges (log2 min/max) widened by ``rows``'."""
-    from costtune.model.xgb import shape_ranges
+def learned_from(model: Any, base: Any, rows: pd.DataFrame, *, n_rows: int,
+                 n_workloads: int) -> Any:
+    """``model`` (its booster set) with what it knows as ``base`` updated by ``rows``: the
+    base's features, families and triton version, shape ranges and GPUs widened by ``rows``,
+    their training hash, and ``n_rows`` / ``n_workloads`` trained on in all."""
+    from costtune.model.xgb import dataset_hash, shape_ranges
 
-    out = {f: dict(r) for f, r in ranges.items()}
+    ranges = {f: dict(r) for f, r in base.shape_ranges_.items()}
     for family, new in shape_ranges(rows).items():
-        old = out.setdefault(family, {})
+        old = ranges.setdefault(family, {})
         for key, (lo, hi) in new.items():
             a, b = old.get(key, (lo, hi))
             old[key] = (min(a, lo), max(b, hi))
-    return out
+    gpus = {g.strip() for g in (base.gpu_ or "").split(",") if g.strip()}
+    if "gpu" in rows:
+        gpus |= set(rows["gpu"].dropna().astype(str))
+    model.feature_names_ = list(base.feature_names_)
+    model.families_ = list(base.families_)
+    model.shape_ranges_ = ranges
+    model.train_hash_ = dataset_hash(rows)
+    model.n_train_rows_ = int(n_rows)
+    model.n_train_workloads_ = int(n_workloads)
+    model.gpu_ = ", ".join(sorted(gpus)) or None
+    model.triton_version_ = base.triton_version_
+    return model
 
 
 def refit(base: Any, table: TrainingTable, rows: pd.DataFrame, *, weight: float) -> Any:
@@ -131,7 +145,7 @@ def refit(base: Any, table: TrainingTable, rows: pd.DataFrame, *, weight: float)
     import xgboost as xgb
 
     from costtune.model.features import design_matrix
-    from costtune.model.xgb import CostModel, dataset_hash
+    from costtune.model.xgb import CostModel
 
     if not weight > 0:
         raise ValueError(f"weight must be > 0, got {weight}")
@@ -158,15 +172,5 @@ def refit(base: Any, table: TrainingTable, rows: pd.DataFrame, *, weight: float)
         dmat.set_weight(np.concatenate([np.ones(len(table)), np.full(len(new_y),
                                                                       float(weight))]))
     model.booster_ = xgb.train(model._xgb_params(), dmat, num_boost_round=model.n_estimators)
-    model.feature_names_ = names
-    model.families_ = list(base.families_)
-    model.shape_ranges_ = merged_ranges(base.shape_ranges_, rows)
-    model.train_hash_ = dataset_hash(rows)
-    model.n_train_rows_ = len(table) + len(new_rows)
-    model.n_train_workloads_ = len(table.groups) + len(new_groups)
-    gpus = {g.strip() for g in (base.gpu_ or "").split(",") if g.strip()}
-    if "gpu" in rows:
-        gpus |= set(rows["gpu"].dropna().astype(str))
-    model.gpu_ = ", ".join(sorted(gpus)) or None
-    model.triton_version_ = base.triton_version_
-    return model
+    return learned_from(model, base, rows, n_rows=len(table) + len(new_rows),
+                        n_workloads=len(table.groups) + len(new_groups))
