@@ -18,7 +18,13 @@ whose shipped model has no table, by continued training):
 
 Writes experiments/results/learning_curve_stage2.{md,csv}.
 
+``--stage2`` lists how a harvest updates stage 2: ``continue`` (continued training, what a
+base without a training table gets) and ``refit:<w>`` (refitted on the base's training rows
+and the harvest, each harvested workload weighing w, as ``learn=True`` refits stage 1); the
+update and the weight are chosen together (``choose``).
+
     python -m experiments.learning_curve_stage2 [--seeds 3] [--shapes 0 1 2 4 8]
+        [--stage2 continue refit:10]
 """
 
 from __future__ import annotations
@@ -46,11 +52,13 @@ from costtune.model.learned import fit_update  # noqa: E402
 from costtune.model.training import TrainingTable  # noqa: E402
 from experiments import harness  # noqa: E402
 from experiments import learning_curve as lc  # noqa: E402
+from experiments.learning_curve import method_of  # noqa: E402
 from experiments.loio import SHORTLIST, two_stage_order, with_tables  # noqa: E402
 
 QUESTION = "learning_curve_stage2"
 KS = (1, 4, 8)
 WEIGHTS = (0.0, 0.25, 0.5, 0.75)
+STAGE2 = ("continue",)
 
 
 def scores_of(test: pd.DataFrame, rankings: dict) -> dict:
@@ -64,9 +72,11 @@ def rank_two(test: pd.DataFrame, s1: np.ndarray, s2: np.ndarray, keys: np.ndarra
             for w, p in workload_positions(test).items()}
 
 
-def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int]) -> list[dict]:
+def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int],
+          stage2: tuple[str, ...] = STAGE2) -> list[dict]:
     """Scores at every N on the held-out test suite and, to choose the weight on, on the
-    held-out kernel's train-suite shapes not harvested (``suite`` "pool")."""
+    held-out kernel's train-suite shapes not harvested (``suite`` "pool"); stage 2 updated
+    by each of ``stage2``'s methods."""
     family = case["family"]
     if case["train"].empty or case["pool"].empty or case["test"].empty:
         return []
@@ -74,6 +84,8 @@ def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int]) ->
         case["train"])
     table1 = TrainingTable.from_rows(base1, case["train"])
     base2 = default_model(family="all", features="static+compiled").fit(others)
+    table2 = (TrainingTable.from_rows(base2, others)
+              if any(m.startswith("refit:") for m in stage2) else None)
     parts = {"test": case["test"].reset_index(drop=True),
              "pool": case["pool"].reset_index(drop=True)}
     feats = {k: static_features(v) for k, v in parts.items()}
@@ -86,7 +98,7 @@ def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int]) ->
                 continue
             taken = case["pool"][case["pool"]["workload"].isin(order[:n])]
             m1 = fit_update(base1, taken, method="refit", table=table1) if n else base1
-            m2 = fit_update(base2, taken) if n else base2
+            m2 = {m: _updated(base2, taken, m, table2) if n else base2 for m in stage2}
             for suite, rows in parts.items():
                 if suite == "pool":
                     keep = ~rows["workload"].isin(order[:n]).to_numpy()
@@ -99,71 +111,108 @@ def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int]) ->
     return out
 
 
-def _scored(rows: pd.DataFrame, feats: pd.DataFrame, m1, m2, *, base: dict) -> list[dict]:
+def _updated(base, taken: pd.DataFrame, method: str, table):
+    name, opts = method_of(method)
+    return fit_update(base, taken, method=name, **({"table": table, **opts}
+                                                   if name == "refit" else {}))
+
+
+def _scored(rows: pd.DataFrame, feats: pd.DataFrame, m1, m2: dict, *, base: dict
+            ) -> list[dict]:
+    """Each method's scores of ``rows``: stage 1, and per stage-2 update (``m2``: method ->
+    model) stage 2 alone and the two stages at every weight."""
     if rows.empty:
         return []
     keys = rows["config"].astype(str).to_numpy()
     s1 = lc.model_scores(m1, rows, feats.reset_index(drop=True))
-    s2 = np.asarray(m2.predict(rows), dtype=float)
-    methods = [("stage 1", rankings_from_scores(rows, s1)),
-               ("stage 2", rankings_from_scores(rows, s2))]
-    methods += [(f"two-stage w={w:g}", rank_two(rows, s1, s2, keys, weight=w))
-                for w in WEIGHTS]
-    return [{**base, "method": m, **scores_of(rows, r)} for m, r in methods]
+    methods = [("stage 1", "-", rankings_from_scores(rows, s1))]
+    for update, model in m2.items():
+        s2 = np.asarray(model.predict(rows), dtype=float)
+        methods += [("stage 2", update, rankings_from_scores(rows, s2))]
+        methods += [(f"two-stage w={w:g}", update, rank_two(rows, s1, s2, keys, weight=w))
+                    for w in WEIGHTS]
+    return [{**base, "method": m, "stage2_update": u, **scores_of(rows, r)}
+            for m, u, r in methods]
 
 
-def choose(table: pd.DataFrame) -> float:
-    """The stage-1 weight for a learned stage 2: the best mean of top1/top4/top8/worst8 on
-    the unharvested train-suite shapes ("pool"), over held-out implementations and N >= 1
-    (ties to the smaller weight)."""
+def labelled(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with ``label``: the method, and for stage-2 methods the update in brackets
+    (a table written before ``--stage2`` existed: continued training)."""
+    update = (table["stage2_update"] if "stage2_update" in table
+              else pd.Series("continue", index=table.index)).fillna("continue")
+    stage1 = table["method"] == "stage 1"
+    label = table["method"].where(stage1, table["method"] + " [" + update.astype(str) + "]")
+    return table.assign(stage2_update=update.where(~stage1, "-"), label=label)
+
+
+def choose(table: pd.DataFrame) -> tuple[str, float]:
+    """The stage-2 update and the stage-1 weight for a learned stage 2: the best mean of
+    top1/top4/top8/worst8 on the unharvested train-suite shapes ("pool"), over held-out
+    implementations and N >= 1 (ties to the smaller weight, then to continued training)."""
+    table = labelled(table)
     pool = table[(table["suite"] == "pool") & (table["n_shapes"] > 0)
                  & table["method"].str.startswith("two-stage w=")]
     crit = pool.assign(c=pool[["top1", "top4", "top8", "worst8"]].mean(axis=1))
-    by_w = crit.groupby("method")["c"].mean()
-    weights = {m: float(m.split("=")[1]) for m in by_w.index}
-    best = by_w.max()
-    return min(weights[m] for m, v in by_w.items() if v >= best - 1e-9)
+    by = crit.groupby(["stage2_update", "method"])["c"].mean()
+    best = by.max()
+    tied = [(float(m.split("=")[1]), u != "continue", u) for (u, m), v in by.items()
+            if v >= best - 1e-9]
+    w, _, update = min(tied)
+    return update, w
 
 
 def report(table: pd.DataFrame, *, n_rows: int, seeds: int, seconds: float) -> list[str]:
-    w = choose(table)
-    chosen = f"two-stage w={w:g}"
+    update, w = choose(table)
+    table = labelled(table)
+    chosen = f"two-stage w={w:g} [{update}]"
     test = table[table["suite"] == "test"]
-    mean = (test.groupby(["family", "held_out", "method", "n_shapes"])
+    mean = (test.groupby(["family", "held_out", "label", "n_shapes"])
             [["top1", "top4", "top8", "worst8"]].mean().reset_index())
     pool = table[(table["suite"] == "pool") & (table["n_shapes"] > 0)]
     crit = (pool.assign(criterion=pool[["top1", "top4", "top8", "worst8"]].mean(axis=1))
-            .groupby("method")["criterion"].mean().reset_index())
+            .groupby("label")["criterion"].mean().reset_index())
     at2 = mean[mean["n_shapes"] == 2].pivot_table(index=["family", "held_out"],
-                                                  columns="method", values=["top1", "top4"])
+                                                  columns="label", values=["top1", "top4"])
     at2.columns = [f"{m} {metric}" for metric, m in at2.columns]
-    shown = ("stage 1", "stage 2", chosen)
+    shown = ("stage 1", f"stage 2 [{update}]", chosen)
     goal = [f"- {h}: " + "; ".join(
         f"{m} {r[f'{m} top1']:.3f} / {r[f'{m} top4']:.3f}"
         + (" (met)" if r[f"{m} top1"] >= lc.GOAL["top1"] and r[f"{m} top4"] >= lc.GOAL["top4"]
            else "") for m in shown)
         for (_, h), r in at2.iterrows()]
+    updates = sorted(set(table["stage2_update"]) - {"-"})
     return ["# Learning curve with compiled features (held-out implementations)", "",
             harness.provenance(dataset=harness.DATASET, n_rows=n_rows), "",
             "- Protocol: `experiments/learning_curve.py`'s replay (exhaustive harvest, "
             "`costtune.model.learned.fit_update` as `learn=True` updates each model: stage 1 "
-            f"refitted with its training rows ({lc.SHIPPED}), stage 2 by continued training; "
-            f"{seeds} seeds, means shown), with a static+compiled booster for all families "
-            "(trained on every other implementation's train suite) learned beside the static "
-            "stage-1 model from the same harvested rows and their compiled features (the "
-            "held-out kernel's own, datasets/h200's feature tables). `two-stage w=x`: the best "
-            f"{SHORTLIST} by the learned stage 1, ordered by the blend of the two learned "
-            "models at stage-1 weight x (`costtune.tune.ranking.blend_order`).",
-            "- The weight is chosen on training data only: the held-out kernel's train-suite "
-            "shapes that were not harvested (mean of top1/top4/top8/worst8 over held-out "
-            f"implementations and N >= 1): **w = {w:g}**, what `costtune.tune.stage2` uses "
-            "once `learn=True` has taught a kernel its stage-2 model.",
+            f"refitted with its training rows ({lc.SHIPPED}); stage 2 updated by each of "
+            f"{', '.join(f'`{u}`' for u in updates)} (`continue`: continued training; "
+            "`refit:w`: refitted on its training rows and the harvest, a harvested workload "
+            f"weighing w); {seeds} seeds, means shown), with a static+compiled booster for "
+            "all families (trained on every other implementation's train suite) learned beside "
+            "the static stage-1 model from the same harvested rows and their compiled "
+            "features (the held-out kernel's own, datasets/h200's feature tables). "
+            f"`two-stage w=x`: the best {SHORTLIST} by the learned stage 1, ordered by the "
+            "blend of the two learned models at stage-1 weight x "
+            "(`costtune.tune.ranking.blend_order`).",
+            "- The stage-2 update and the weight are chosen on training data only: the "
+            "held-out kernel's train-suite shapes that were not harvested (mean of "
+            "top1/top4/top8/worst8 over held-out implementations and N >= 1): "
+            f"**{update}, w = {w:g}**, what `costtune.tune.stage2` uses once `learn=True` "
+            "has taught a kernel its stage-2 model.",
             f"- Runtime {seconds:.0f} s on this machine.", "",
-            "## Weight selection (unharvested train-suite shapes)", "",
+            "## Update and weight selection (unharvested train-suite shapes)", "",
             harness.md_table(crit, floatfmt=".4f"), "",
             f"## After 2 harvested shapes, test suites: top1 / top4 (goal {lc.GOAL['top1']} / "
             f"{lc.GOAL['top4']})", "", *goal, "",
             "## Mean over seeds (test suites)", "", harness.md_table(mean, floatfmt=".4f"), ""]
+
+
+def _weight_ok(method: str) -> bool:
+    try:
+        return float(method.split(":", 1)[1]) > 0
+    except ValueError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", type=int, nargs="+", default=[0, 1, 2, 4, 8])
     ap.add_argument("--dataset", type=Path, default=harness.DATASET)
     ap.add_argument("--out", type=Path, default=None, help="results folder")
+    ap.add_argument("--stage2", nargs="+", default=list(STAGE2),
+                    help="how a harvest updates stage 2: continue, refit:<weight>")
     args = ap.parse_args(argv)
+    for m in args.stage2:
+        if m != "continue" and not (m.startswith("refit:") and _weight_ok(m)):
+            ap.error(f"--stage2: {m!r} is not continue or refit:<weight > 0>")
     start = time.perf_counter()
     raw = harness.load_dataset(args.dataset)
     df = lc.with_implementation(with_tables(raw, args.dataset))
@@ -184,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     for case in found:
         print(f"== {case['family']}: held out {case['held_out']}", flush=True)
         others = df[(df["implementation"] != case["held_out"]) & (df["suite"] == "train")]
-        records += curve(case, others, seeds=args.seeds, shapes=sorted(set(args.shapes)))
+        records += curve(case, others, seeds=args.seeds, shapes=sorted(set(args.shapes)),
+                         stage2=tuple(args.stage2))
     table = pd.DataFrame(records)
     lines = report(table, n_rows=len(df), seeds=args.seeds,
                    seconds=time.perf_counter() - start)

@@ -64,30 +64,43 @@ def test_stage2_curve_learns_both_models_from_one_harvest(case):
     cut = {k: (df[df["workload"].isin(case[k]["workload"])]
                if k in ("train", "pool", "test") else v) for k, v in case.items()}
     assert cut["pool"]["n_regs"].notna().all()  # the held-out kernel's own compiled features
-    records = lc2.curve(cut, cut["train"], seeds=1, shapes=[0, 2])
-    methods = ["stage 1", "stage 2", *(f"two-stage w={w:g}" for w in lc2.WEIGHTS)]
-    assert [(r["n_shapes"], r["suite"], r["method"]) for r in records] == [
-        (n, suite, m) for n in (0, 2) for suite in ("test", "pool") for m in methods]
+    records = lc2.curve(cut, cut["train"], seeds=1, shapes=[0, 2],
+                        stage2=("continue", "refit:10"))
+    stage2 = ["stage 2", *(f"two-stage w={w:g}" for w in lc2.WEIGHTS)]
+    methods = [("stage 1", "-"), *((m, u) for u in ("continue", "refit:10") for m in stage2)]
+    assert [(r["n_shapes"], r["suite"], r["method"], r["stage2_update"]) for r in records] == [
+        (n, suite, m, u) for n in (0, 2) for suite in ("test", "pool") for m, u in methods]
+    # Before any harvest both updates are the base itself.
+    at0 = {(r["method"], r["stage2_update"]): r["top1"] for r in records
+           if r["n_shapes"] == 0 and r["suite"] == "test"}
+    assert at0[("stage 2", "continue")] == at0[("stage 2", "refit:10")]
     for r in records:
         assert 0 < r["top1"] <= r["top4"] <= r["top8"] <= 1.0
     # At N=2 the pool scored is what was not harvested: 1 of its 3 shapes.
     assert {r["n_shapes"]: r for r in records if r["suite"] == "pool"}[2]["n_workloads"] == 1
     table = pd.DataFrame(records)
-    w = lc2.choose(table)
-    assert w in lc2.WEIGHTS
+    update, w = lc2.choose(table)
+    assert w in lc2.WEIGHTS and update in ("continue", "refit:10")
     lines = lc2.report(table, n_rows=1, seeds=1, seconds=1.0)
     goal = [line for line in lines if line.startswith("- softmax_onepass: stage 1 ")]
-    assert len(goal) == 1 and f"two-stage w={w:g}" in goal[0]
+    assert len(goal) == 1 and f"two-stage w={w:g} [{update}]" in goal[0]
 
 
 def test_the_learned_stage2_weight_is_the_reports_choice():
-    """costtune.tune.stage2.LEARNED_WEIGHT is what experiments/learning_curve_stage2.py chose
-    from the committed results (rerun it and update the constant together)."""
+    """costtune.tune.stage2.LEARNED_WEIGHT and how learn=True updates the shipped stage-2
+    model are what experiments/learning_curve_stage2.py chose from the committed results
+    (rerun it and update them together): a refit at REFIT_WEIGHT where it ships its training
+    table, continued training where it does not."""
+    from costtune.model.learned import REFIT_WEIGHT
+    from costtune.model.training import TrainingTable
     from costtune.tune.stage2 import LEARNED_WEIGHT
     from experiments import learning_curve_stage2 as lc2
 
     table = pd.read_csv(harness.RESULTS / "learning_curve_stage2.csv")
-    assert lc2.choose(table) == LEARNED_WEIGHT
+    update, weight = lc2.choose(table)
+    assert weight == LEARNED_WEIGHT
+    shipped = TrainingTable.load("h200_compiled") is not None
+    assert update == (f"refit:{REFIT_WEIGHT:g}" if shipped else "continue")
 
 
 def test_the_refit_weight_is_chosen_on_the_selection_scores_only():
