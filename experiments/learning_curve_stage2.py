@@ -23,8 +23,12 @@ base without a training table gets) and ``refit:<w>`` (refitted on the base's tr
 and the harvest, each harvested workload weighing w, as ``learn=True`` refits stage 1); the
 update and the weight are chosen together (``choose``).
 
+``--held-out`` replays only those implementations and ``--tables`` reports from the tables
+earlier runs wrote (``--out``): the replay split over processes reports as one run.
+
     python -m experiments.learning_curve_stage2 [--seeds 3] [--shapes 0 1 2 4 8]
-        [--stage2 continue refit:10]
+        [--stage2 continue refit:10] [--held-out gemm softmax ...] [--out DIR]
+    python -m experiments.learning_curve_stage2 --tables DIR1/learning_curve_stage2.csv ...
 """
 
 from __future__ import annotations
@@ -223,27 +227,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="results folder")
     ap.add_argument("--stage2", nargs="+", default=list(STAGE2),
                     help="how a harvest updates stage 2: continue, refit:<weight>")
+    ap.add_argument("--held-out", nargs="+", default=None,
+                    help="replay only these implementations")
+    ap.add_argument("--tables", nargs="+", type=Path, default=None,
+                    help="report from these saved tables (replay nothing)")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="with --tables: the replays' runtime to report (sum of the runs)")
     args = ap.parse_args(argv)
     for m in args.stage2:
         if m != "continue" and not (m.startswith("refit:") and _weight_ok(m)):
             ap.error(f"--stage2: {m!r} is not continue or refit:<weight > 0>")
     start = time.perf_counter()
     raw = harness.load_dataset(args.dataset)
+    if args.tables:
+        table = pd.concat([pd.read_csv(t) for t in args.tables], ignore_index=True)
+        return _write(table, n_rows=len(raw), seeds=int(table["seed"].nunique()),
+                      seconds=args.seconds or time.perf_counter() - start, out=args.out)
     df = lc.with_implementation(with_tables(raw, args.dataset))
     found, protocol = lc.cases(df)
     if protocol.startswith("FALLBACK"):
         print("no held-out implementation in the data: nothing to replay")
         return 3
+    if args.held_out:
+        found = [c for c in found if c["held_out"] in set(args.held_out)]
     records = []
     for case in found:
         print(f"== {case['family']}: held out {case['held_out']}", flush=True)
         others = df[(df["implementation"] != case["held_out"]) & (df["suite"] == "train")]
         records += curve(case, others, seeds=args.seeds, shapes=sorted(set(args.shapes)),
                          stage2=tuple(args.stage2))
-    table = pd.DataFrame(records)
-    lines = report(table, n_rows=len(df), seeds=args.seeds,
-                   seconds=time.perf_counter() - start)
-    md = harness.write_report(QUESTION, lines, table, out=args.out)
+    return _write(pd.DataFrame(records), n_rows=len(df), seeds=args.seeds,
+                  seconds=time.perf_counter() - start, out=args.out)
+
+
+def _write(table: pd.DataFrame, *, n_rows: int, seeds: int, seconds: float,
+           out: Path | None) -> int:
+    lines = report(table, n_rows=n_rows, seeds=seeds, seconds=seconds)
+    md = harness.write_report(QUESTION, lines, table, out=out)
     print("\n".join(lines))
     print(f"wrote {harness.relative(md)}")
     return 0

@@ -20,6 +20,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 import costtune
 from costtune.tune.kind import read_kind
 from costtune.tune.launch import LaunchSpec, NotApplicable, config_key, describe
+from costtune.types import CosttuneWarning
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -223,6 +224,44 @@ def test_grid_fixes_an_absent_parameter_or_reads_as_persistent():
                     args={"M": 64, "N": 64, "K": 64, "a": torch.empty(1).half()},
                     grid=lambda m: (16, 3))
     assert gemm.meta == {"SPLIT_K": 3} and gemm.origin["SPLIT_K"] == "launch grid"
+
+
+def test_a_batch_grid_axis_is_no_split_k():
+    """A batched matmul's third grid axis counts BATCH programs: that is no split of K (the
+    kernel has no SPLIT_K), so the grid is a doubt naming the batch, not SPLIT_K=8."""
+    tile = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16})
+    args = {"A": torch.empty(1).half(), "BATCH": 8, "M": 64, "N": 64, "K": 64}
+    bmm = describe(LaunchSpec(), [tile], args=args, grid=lambda m: (4, 4, 8))
+    assert "SPLIT_K" not in bmm.meta and [c for c, _ in bmm.doubts] == ["grid"]
+    assert "BATCH = 8: a batch axis" in bmm.doubts[0][1]
+    split = describe(LaunchSpec(), [tile], args={**args, "BATCH": 2}, grid=lambda m: (4, 4, 8))
+    assert split.meta == {"SPLIT_K": 8}  # an argument of another value does not stand in
+
+
+def test_a_config_listed_twice_is_kept_once():
+    """min(BLOCK, next_power_of_2(cols)) clamps several configs to one: each distinct config
+    takes one of the top_k slots and is benchmarked once."""
+    configs = [triton.Config({"BLOCK_SIZE": max(b, 256)}, num_warps=w)
+               for b in (64, 128, 256) for w in (2, 4, 8)]  # 3 distinct
+    pruner = costtune.prune_configs_by(top_k=2, family="softmax",
+                                       problem={"rows": "n_rows", "cols": "n_cols"}
+                                       )["early_config_prune"]
+    with pytest.warns(CosttuneWarning, match="source could not be read"):  # no kernel here
+        kept = pruner(configs, {"x": torch.empty(8, 200), "n_rows": 8, "n_cols": 200})
+    # Widened (no source to read) to every config: the three distinct ones, not 8 of 9.
+    assert len({config_key(c) for c in kept}) == len(kept) == 3
+    assert pruner.last.duplicates == 6 and len(pruner.last.ranked) == 3
+
+
+def test_decoration_errors_name_what_is_wrong():
+    with pytest.raises(ValueError, match="configs is empty"):
+        costtune.autotune([], key=["n"])
+    with pytest.raises(ValueError, match="takes no prune_configs_by"):
+        costtune.autotune([triton.Config({})], key=["n"], prune_configs_by={})
+    # A mapping onto no family's parameter, with or without family=.
+    with pytest.raises(ValueError, match=r"params map onto \['TILE_M'\], no parameter"):
+        costtune.prune_configs_by(params={"BLOCK_M": "TILE_M"})
+    costtune.prune_configs_by(params={"BM": "BLOCK_M"})
 
 
 def test_hopper_knobs_are_recognised_and_passed_through(record):

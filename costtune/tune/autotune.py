@@ -69,6 +69,9 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
     ... def softmax(x, y, rows, cols, BLOCK_N: triton.language.constexpr):
     ...     pass
     """
+    if not len(configs):
+        raise ValueError("configs is empty: give costtune.autotune the triton.Config list to "
+                         "choose from")
     prune_kw, triton_kw = _split(options, precompile=precompile, bench=bench, ranks=ranks)
     adaptive, top_k = _budget(budget, top_k=top_k, learn=learn, model=model)
     prune_configs_by(model, top_k, family=family, problem=problem,
@@ -121,6 +124,11 @@ def _split(options: dict[str, Any], *, precompile: Any, bench: Any, ranks: Any
 
     triton_names = set(inspect.signature(triton.autotune).parameters) - {
         "configs", "key", "prune_configs_by"}
+    if "prune_configs_by" in options:
+        raise ValueError("costtune.autotune prunes with its cost model and takes no "
+                         "prune_configs_by; filter the config list before passing it (your "
+                         "early_config_prune first), or pass costtune.prune_configs_by(...) "
+                         "to triton.autotune yourself")
     unknown = sorted(set(options) - _PRUNE_OPTIONS - triton_names)
     if unknown:
         raise ValueError(f"unknown option(s) {unknown}; costtune.autotune takes "

@@ -14,7 +14,8 @@ import numpy as np
 
 from costtune.types import CosttuneWarning
 
-__all__ = ["PruneDecision", "config_key", "keep_count", "keep_launchable", "warn", "warn_once"]
+__all__ = ["PruneDecision", "config_key", "distinct", "keep_count", "keep_launchable", "warn",
+           "warn_once"]
 
 log = logging.getLogger("costtune")
 
@@ -47,6 +48,21 @@ class PruneDecision:
     warnings: list[str] = field(default_factory=list)  # what was warned (or logged)
     replaced: dict[str, str] = field(default_factory=dict)  # by costtune.autotune: config -> why
     model: str | None = None  # what ranked: the model given, or the kernel's own model file
+    duplicates: int = 0  # configs that repeat an earlier one's key: ranked, kept once
+
+
+def distinct(order: Any, keys: Any) -> tuple[np.ndarray, int]:
+    """``order`` (config positions, best first) with each key's first position only, and how
+    many positions repeated a key: a list that holds a config twice (``min(BLOCK,
+    next_power_of_2(n))`` clamps several to one) benchmarks it once.
+
+    >>> distinct(np.array([2, 0, 1, 3]), ["a", "b", "a", "c"])
+    (array([2, 1, 3]), 1)
+    """
+    order = np.asarray(order, dtype=int)
+    _, first = np.unique(np.asarray(keys, dtype=object)[order], return_index=True)
+    keep = np.sort(first)
+    return order[keep], int(len(order) - len(keep))
 
 
 def keep_count(top_k: int | float, n: int) -> int:

@@ -72,7 +72,14 @@ class LaunchSpec:
                 or isinstance(self.problem, Mapping)):
             raise ValueError("problem must be None, a dict {size: arg name} or a callable(args)")
         if self.family not in FAMILIES:
-            return  # None, or an unknown family the hook warns about at tuning time
+            # None (read at tuning time), or an unknown family the hook warns about then;
+            # either way a mapping must name some family's parameters.
+            names = {p for f in FAMILIES for group in FAMILY_PARAMS[f] for p in group}
+            unknown = sorted(set(self.params.values()) - names)
+            if unknown and self.family is None:
+                raise ValueError(f"params map onto {unknown}, no parameter of any family "
+                                 f"(they are {sorted(names)})")
+            return
         if isinstance(self.problem, Mapping):
             unknown = sorted(set(self.problem) - set(PROBLEM_KEYS[self.family]))
             if unknown:
@@ -261,7 +268,7 @@ def _with_grid(launch: Launch, configs: Sequence[Any], *, args: Mapping[str, Any
     expected = _family_programs(launch, sample)
     if not known.any() or (programs[known] == expected[known]).all():
         return launch
-    fixed = _fixed_by_grid(launch, sample, programs, known)
+    fixed = _fixed_by_grid(launch, sample, programs, known, args=args)
     if fixed is not None:
         return fixed
     persistent = _persistent(programs[known], expected[known])
@@ -270,9 +277,13 @@ def _with_grid(launch: Launch, configs: Sequence[Any], *, args: Mapping[str, Any
                                      f"{persistent:g} programs loop over the {launch.family} "
                                      "tiles (ranked by the tiles)"))
     i = int(np.flatnonzero(known & (programs != expected))[0])
+    ratio = programs[i] / expected[i]
+    batch = sorted(k for k, v in args.items() if isinstance(v, int) and v == ratio
+                   and v in _batch_values(launch, {k: v}))
     doubt = ("grid", f"the launch grid gives {programs[i]:g} programs for "
              f"{config_key(sample[i])} where the {launch.family} model assumes "
-             f"{expected[i]:g}")
+             f"{expected[i]:g}" + (f" (x {batch[0]} = {int(ratio)}: a batch axis, which "
+                                   f"{launch.family} workloads do not have)" if batch else ""))
     return replace(launch, doubts=(*launch.doubts, doubt))
 
 
@@ -285,9 +296,12 @@ def _family_programs(launch: Launch, configs: Sequence[Any]) -> np.ndarray:
 
 
 def _fixed_by_grid(launch: Launch, sample: Sequence[Any], programs: np.ndarray,
-                   known: np.ndarray) -> Launch | None:
+                   known: np.ndarray, *, args: Mapping[str, Any] | None = None
+                   ) -> Launch | None:
     """The launch with the family's absent neutral parameter set to the one value that makes
-    every sampled config's program count the grid's, or None."""
+    every sampled config's program count the grid's, or None. Not a value that an integer
+    argument of the call holds under a name that is neither a size nor a parameter (a
+    batched kernel's ``BATCH`` grid axis is no split of the problem)."""
     _, neutral = FAMILY_PARAMS[launch.family]
     free = [p for p in neutral if p not in launch.meta and p not in launch.rename.values()]
     if not free:
@@ -297,9 +311,10 @@ def _fixed_by_grid(launch: Launch, sample: Sequence[Any], programs: np.ndarray,
     ratio = base / programs[first]
     tries = {math.ceil(ratio), 1 << max(0, math.ceil(math.log2(max(ratio, 1)))),
              round(programs[first] / base)}
+    batch = _batch_values(launch, args or {})
     for param in free:
         for value in sorted(v for v in tries if v > 1):
-            if param in _TILE_PARAMS and value & (value - 1):
+            if (param in _TILE_PARAMS and value & (value - 1)) or value in batch:
                 continue
             trial = replace(launch, meta={**launch.meta, param: value})
             if (_family_programs(trial, sample)[known] == programs[known]).all():
@@ -307,6 +322,16 @@ def _fixed_by_grid(launch: Launch, sample: Sequence[Any], programs: np.ndarray,
                 return replace(trial, origin={**trial.origin, param: "launch grid"},
                                info=(*trial.info, note))
     return None
+
+
+def _batch_values(launch: Launch, args: Mapping[str, Any]) -> set[int]:
+    """Integer arguments of the call named as no size or parameter of the family (nor mapped
+    onto one): what a grid axis over a batch would count."""
+    required, neutral = FAMILY_PARAMS[launch.family]
+    named = {*required, *neutral, *PROBLEM_KEYS[launch.family], *launch.rename}
+    named |= {n for n in launch.origin.values() if isinstance(n, str)}
+    return {int(v) for k, v in args.items() if isinstance(v, int) and not isinstance(v, bool)
+            and k not in named and v > 1}
 
 
 def _persistent(programs: np.ndarray, expected: np.ndarray) -> float | None:

@@ -49,6 +49,7 @@ from costtune.tune import feasibility
 from costtune.tune.decision import (
     PruneDecision,
     config_key,
+    distinct,
     keep_count,
     keep_launchable,
     warn_once,
@@ -137,6 +138,10 @@ class ConfigPruner:
         except Exception as exc:  # never stop tuning: benchmark all that can launch instead
             notes.append(("error", f"pruning failed ({type(exc).__name__}: {exc})"))
             decision, order = keep_launchable(configs, notes)
+        order, decision.duplicates = distinct(order, self.config_keys(configs))
+        if decision.duplicates:  # a repeated config takes one slot, not several
+            decision.k = min(decision.k, len(order))
+            decision.kept = [self._keys[i] for i in order[: decision.k]]
         kept = [configs[i] for i in order[: decision.k]]
         decision.ranked = [int(i) for i in order]
         decision.fallbacks = list(dict.fromkeys(c for c, _ in notes))

@@ -5,7 +5,9 @@ user's kernel, the first call teaches both per-kernel models, the second ranks w
 Per tuning call, one JSON line in ``$OUT/two_stage_learn.jsonl``: the style and shape, the
 seconds of the call, what the hook kept, whose kernel stage 2 compiled, which stage-2 model
 ranked (the shipped one, or the file the first call learned), the models written, why a
-model was not updated, the config picked and its output's error against torch. Checks, not
+model was not updated, how each was learned (``refit`` on the base's training table, or
+``continue``d), the seconds the updates ran after the call returned, the config picked and
+its output's error against torch. Checks, not
 timings: the timings come from ``hook_user_spaces_h200.py``.
 
     COSTTUNE_HOME=$OUT/home python3 experiments/device/check_two_stage_learn_h200.py --out $OUT
@@ -39,6 +41,7 @@ def main() -> int:
     from user_kernels import STYLES, relative_error
 
     import costtune
+    from costtune.model.learned import current_model
     from experiments.device.hook_user_spaces_h200 import configs_of
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -53,8 +56,14 @@ def main() -> int:
             out = style.launch(tuner, inputs)
             torch.cuda.synchronize()
             seconds = time.perf_counter() - start
+            start = time.perf_counter()
+            tuner.learner.wait()  # the updates run in a thread after the call returned
+            wait_s = time.perf_counter() - start
             last = tuner.early_config_prune.last
-            record = {"style": name, "problem": problem, "seconds": seconds,
+            learned_by = {str(p): current_model(p.parent)[1].get("method")
+                          for p in tuner.learner.updated}
+            record = {"style": name, "problem": problem, "seconds": seconds, "wait_s": wait_s,
+                      "learned_by": learned_by,
                       "kept": list(last.kept), "stage2": last.stage2,
                       "stage2_kernel": last.stage2_kernel, "stage2_model": last.stage2_model,
                       "updated": [str(p) for p in tuner.learner.updated],
@@ -63,9 +72,9 @@ def main() -> int:
                       "rel_err": relative_error(out, style.reference(inputs))}
             with path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
-            print(json.dumps({k: record[k] for k in ("style", "problem", "seconds",
+            print(json.dumps({k: record[k] for k in ("style", "problem", "seconds", "wait_s",
                                                      "stage2_kernel", "stage2_model",
-                                                     "rel_err")}), flush=True)
+                                                     "learned_by", "rel_err")}), flush=True)
     return 0
 
 
