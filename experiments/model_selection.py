@@ -110,8 +110,7 @@ SHIPPED_ELSEWHERE = tuple(f"{NAME}_{f}" for f in ("softmax",))
 
 def ship(choice: pd.DataFrame, train: pd.DataFrame, compiled: pd.DataFrame | None,
          threads: int) -> list[str]:
-    """Refit each stage's winners on the whole train suite; save each under costtune/models
-    with its training table (what ``learn=True`` refits it on)."""
+    """Refit each stage's winners on the whole train suite; save under costtune/models."""
     lines = []
     for stage, g in choice.groupby("stage"):
         base = NAME if stage == 1 else f"{NAME}_compiled"
@@ -133,7 +132,8 @@ def ship(choice: pd.DataFrame, train: pd.DataFrame, compiled: pd.DataFrame | Non
             start = time.perf_counter()
             model = CostModel(**{**params, "n_jobs": threads}).fit(rows, **extra)
             model.set_params(n_jobs=1)  # the hook scores with one thread
-            path = save_with_table(model, MODELS_DIR / file, rows, **extra)
+            path = (save_with_table(model, MODELS_DIR / file, rows) if stage == 1
+                    else model.save(MODELS_DIR / file))
             lines.append(f"- `{path.relative_to(ROOT)}`: {cand} "
                          f"({kernel or 'all families'}), {rows['workload'].nunique()} "
                          f"workloads, fitted in {time.perf_counter() - start:.0f} s")

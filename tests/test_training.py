@@ -111,23 +111,3 @@ def test_every_shipped_stage1_model_ships_its_table(family):
         rows = rows[rows["suite"] == "test"].head(400)
         again = refit(model, table, rows.iloc[:0], weight=REFIT_WEIGHT)
         np.testing.assert_allclose(again.predict(rows), model.predict(rows), atol=1e-5)
-
-
-def test_attach_table_gives_a_model_its_rows_without_refitting(softmax_rows, tmp_path):
-    """experiments/attach_table.py: the table of the rows a model was fitted on is written
-    beside it once they hash to its train_hash and a refit on them rebuilds it; other rows,
-    or the same in another order, are refused with a one-line reason and nothing is
-    written."""
-    from experiments.attach_table import attach_rows
-
-    base_rows, other = softmax_rows
-    path = _model(base_rows).save(tmp_path / "m")
-    with pytest.raises(SystemExit, match="hash to .* the model was trained on"):
-        attach_rows(str(path), other, source="other rows")
-    # The same rows in another order are other query groups: not the fit's table.
-    with pytest.raises(SystemExit, match="does not rebuild the model"):
-        attach_rows(str(path), base_rows.sample(frac=1.0, random_state=0))
-    assert not table_path(path).exists()
-    written, diff = attach_rows(str(path), base_rows)
-    assert written == table_path(path) and diff == 0.0
-    assert len(TrainingTable.load(path)) == CostModel.load(path).n_train_rows_

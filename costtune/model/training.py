@@ -98,13 +98,11 @@ class TrainingTable:
         return table
 
 
-def save_with_table(model: Any, path: str | os.PathLike, rows: pd.DataFrame,
-                    **attach_kwargs: Any) -> Path:
+def save_with_table(model: Any, path: str | os.PathLike, rows: pd.DataFrame) -> Path:
     """``model.save(path)`` and the table of ``rows``, the rows it was fitted on, beside it
-    (what lets ``learn=True`` refit it); returns the JSON path. ``attach_kwargs``: the
-    feature tables the fit was given (``compiled=``). ValueError when ``rows`` are not the
-    fit's (another row count as the model sees them)."""
-    table = TrainingTable.from_rows(model, rows, **attach_kwargs)
+    (what lets ``learn=True`` refit it); returns the JSON path. ValueError when ``rows`` are
+    not the fit's (another row count as the model sees them)."""
+    table = TrainingTable.from_rows(model, rows)
     if len(table) != model.n_train_rows_:
         raise ValueError(f"training rows: {len(table)} as the model sees them, but it was "
                          f"fitted on {model.n_train_rows_}; pass the fit's rows")
