@@ -69,10 +69,8 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
     ... def softmax(x, y, rows, cols, BLOCK_N: triton.language.constexpr):
     ...     pass
     """
-    if not len(configs):
-        raise ValueError("configs is empty: give costtune.autotune the triton.Config list to "
-                         "choose from")
-    prune_kw, triton_kw = _split(options, precompile=precompile, bench=bench, ranks=ranks)
+    prune_kw, triton_kw = _split(options, configs, precompile=precompile, bench=bench,
+                                 ranks=ranks)
     adaptive, top_k = _budget(budget, top_k=top_k, learn=learn, model=model)
     prune_configs_by(model, top_k, family=family, problem=problem,
                      **{**prune_kw, "preload": False})  # checks now; the kernel's call preloads
@@ -112,10 +110,11 @@ def _kept_list_stored(fn: Any, triton_kw: dict[str, Any]) -> bool:
     return bool(triton_kw.get("cache_results") or knobs.autotuning.cache) and seen(fn)
 
 
-def _split(options: dict[str, Any], *, precompile: Any, bench: Any, ranks: Any
-           ) -> tuple[dict[str, Any], dict[str, Any]]:
+def _split(options: dict[str, Any], configs: Sequence[Any], *, precompile: Any, bench: Any,
+           ranks: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the pruner's options, triton.autotune's, with the timing ``bench`` asks for);
-    ValueError on an unknown option or a bad ``precompile``, ``bench`` or ``ranks``."""
+    ValueError on no configs, an unknown option or a bad ``precompile``, ``bench`` or
+    ``ranks``."""
     import triton
 
     from costtune.measure.bench import BENCH_CHOICES, graph_bench
@@ -124,6 +123,9 @@ def _split(options: dict[str, Any], *, precompile: Any, bench: Any, ranks: Any
 
     triton_names = set(inspect.signature(triton.autotune).parameters) - {
         "configs", "key", "prune_configs_by"}
+    if not len(configs):
+        raise ValueError("configs is empty: give costtune.autotune the triton.Config list to "
+                         "choose from")
     if "prune_configs_by" in options:
         raise ValueError("costtune.autotune prunes with its cost model and takes no "
                          "prune_configs_by; filter the config list before passing it (your "

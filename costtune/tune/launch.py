@@ -268,6 +268,9 @@ def _with_grid(launch: Launch, configs: Sequence[Any], *, args: Mapping[str, Any
     expected = _family_programs(launch, sample)
     if not known.any() or (programs[known] == expected[known]).all():
         return launch
+    batched = _batched(launch, sample, programs, known, args)
+    if batched is not None:
+        return batched
     fixed = _fixed_by_grid(launch, sample, programs, known, args=args)
     if fixed is not None:
         return fixed
@@ -321,6 +324,32 @@ def _fixed_by_grid(launch: Launch, sample: Sequence[Any], programs: np.ndarray,
                 note = f"{param}={value} fixed by the launch grid ({programs[first]:g} programs)"
                 return replace(trial, origin={**trial.origin, param: "launch grid"},
                                info=(*trial.info, note))
+    return None
+
+
+# The size a batch grid axis multiplies: a batched GEMM of B x (M x N x K) launches the
+# programs, and does the work, of one (B*M) x N x K GEMM; B softmaxes of R rows, of B*R rows.
+_BATCHED_SIZE = {"gemm": "M", "softmax": "rows"}
+
+
+def _batched(launch: Launch, sample: Sequence[Any], programs: np.ndarray, known: np.ndarray,
+             args: Mapping[str, Any]) -> Launch | None:
+    """The launch read with its batch folded into the family's size (``_BATCHED_SIZE``)
+    when an integer argument that is no size or parameter (``BATCH``) times the family's
+    program count is every sampled config's grid; else None."""
+    size = _BATCHED_SIZE.get(launch.family)
+    if size is None or size not in launch.problem:
+        return None
+    for name, value in sorted(args.items()):
+        if not (isinstance(value, int) and value in _batch_values(launch, {name: value})):
+            continue
+        trial = replace(launch, problem={**launch.problem, size: launch.problem[size] * value})
+        if (_family_programs(trial, sample)[known] == programs[known]).all():
+            note = (f"{size} = {launch.problem[size]} x {name} ({value}): the grid's batch "
+                    f"axis read as {launch.family} {size}")
+            origin = f"{launch.origin.get(size, size)} x {name}"
+            return replace(trial, origin={**trial.origin, size: origin},
+                           info=(*trial.info, note))
     return None
 
 
