@@ -229,12 +229,14 @@ def test_grid_fixes_an_absent_parameter_or_reads_as_persistent():
 def test_a_batch_grid_axis_is_read_as_rows_not_split_k():
     """A batched matmul's third grid axis counts BATCH programs: no split of K (the kernel
     has no SPLIT_K). Where BATCH x the GEMM's programs is the grid, the batch folds into M
-    (B x M x N x K launches the programs of a (B*M) x N x K GEMM); where it is not (an M edge
-    in every batch), the grid is a doubt naming the batch."""
+    (B x M x N x K launches the programs of a (B*M) x N x K GEMM), still a doubt (batched
+    operands); where it is not (an M edge in every batch), the grid is a doubt naming the
+    batch."""
     tile = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16})
     args = {"A": torch.empty(1).half(), "BATCH": 8, "M": 64, "N": 64, "K": 64}
     bmm = describe(LaunchSpec(), [tile], args=args, grid=lambda m: (4, 4, 8))
-    assert bmm.problem == {"M": 512, "N": 64, "K": 64} and bmm.doubts == ()
+    assert bmm.problem == {"M": 512, "N": 64, "K": 64}
+    assert [c for c, _ in bmm.doubts] == ["grid"] and "read as gemm M x 8" in bmm.doubts[0][1]
     assert "SPLIT_K" not in bmm.meta and bmm.origin["M"].endswith("x BATCH")
     assert any("batch axis read as gemm M" in note for note in bmm.info)
     edge = describe(LaunchSpec(), [tile], args={**args, "M": 72}, grid=lambda m: (5, 4, 8))

@@ -336,7 +336,11 @@ def _batched(launch: Launch, sample: Sequence[Any], programs: np.ndarray, known:
              args: Mapping[str, Any]) -> Launch | None:
     """The launch read with its batch folded into the family's size (``_BATCHED_SIZE``)
     when an integer argument that is no size or parameter (``BATCH``) times the family's
-    program count is every sampled config's grid; else None."""
+    program count is every sampled config's grid; else None. Still a "grid" doubt (k
+    widens): the model never saw batched operands (each batch reads its own B, which a
+    (B*M) x N x K GEMM shares). On the H200 (experiments/NOTES.md, sixteenth session) the
+    folded reading alone kept 8 configs 0.91-0.92 of a batched matmul's best on two of four
+    shapes; widened, the unfolded one 0.94-0.97."""
     size = _BATCHED_SIZE.get(launch.family)
     if size is None or size not in launch.problem:
         return None
@@ -348,8 +352,10 @@ def _batched(launch: Launch, sample: Sequence[Any], programs: np.ndarray, known:
             note = (f"{size} = {launch.problem[size]} x {name} ({value}): the grid's batch "
                     f"axis read as {launch.family} {size}")
             origin = f"{launch.origin.get(size, size)} x {name}"
+            doubt = ("grid", f"the grid's batch axis ({name} = {value}) is read as "
+                     f"{launch.family} {size} x {value}; the model never saw batched operands")
             return replace(trial, origin={**trial.origin, size: origin},
-                           info=(*trial.info, note))
+                           info=(*trial.info, note), doubts=(*trial.doubts, doubt))
     return None
 
 
