@@ -7,7 +7,7 @@ programs, which no GEMM workload has. Since a7de579 that is a "grid" doubt (k wi
 instead of SPLIT_K = BATCH read from the grid. Per shape, one JSON line in
 ``$OUT/batched_gemm.jsonl``: what the hook read (family, sizes, k, notes), the config it
 picked, its time and the best time of the whole list (costtune's graph timing, L2 flushed),
-the pick's output error against torch.
+the pick's output error against torch, the kept list and every config's time.
 
     python3 experiments/device/check_batched_gemm_h200.py --out $OUT
 """
@@ -107,7 +107,8 @@ def main() -> int:
                   if picked in ok else None, "max_err": err, "torch_ms": graph_bench(
                       lambda a=a, b=b: torch.bmm(a, b)), "gpu": torch.cuda.get_device_name(),
                   "torch": torch.__version__, "triton": triton.__version__,
-                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                  "kept": list(last.kept), "times": times}
         with (args.out / "batched_gemm.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         print(json.dumps({x: record[x] for x in ("shape", "k", "n_configs", "picked", "score",
