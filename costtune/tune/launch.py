@@ -281,8 +281,7 @@ def _with_grid(launch: Launch, configs: Sequence[Any], *, args: Mapping[str, Any
                                      "tiles (ranked by the tiles)"))
     i = int(np.flatnonzero(known & (programs != expected))[0])
     ratio = programs[i] / expected[i]
-    batch = sorted(k for k, v in args.items() if isinstance(v, int) and v == ratio
-                   and v in _batch_values(launch, {k: v}))
+    batch = sorted(k for k, v in _batch_args(launch, args).items() if v == ratio)
     doubt = ("grid", f"the launch grid gives {programs[i]:g} programs for "
              f"{config_key(sample[i])} where the {launch.family} model assumes "
              f"{expected[i]:g}" + (f" (x {batch[0]} = {int(ratio)}: a batch axis, which "
@@ -314,7 +313,7 @@ def _fixed_by_grid(launch: Launch, sample: Sequence[Any], programs: np.ndarray,
     ratio = base / programs[first]
     tries = {math.ceil(ratio), 1 << max(0, math.ceil(math.log2(max(ratio, 1)))),
              round(programs[first] / base)}
-    batch = _batch_values(launch, args or {})
+    batch = set(_batch_args(launch, args or {}).values())
     for param in free:
         for value in sorted(v for v in tries if v > 1):
             if (param in _TILE_PARAMS and value & (value - 1)) or value in batch:
@@ -340,13 +339,11 @@ def _batched(launch: Launch, sample: Sequence[Any], programs: np.ndarray, known:
     widens): the model never saw batched operands (each batch reads its own B, which a
     (B*M) x N x K GEMM shares). On the H200 (experiments/NOTES.md, sixteenth session) the
     folded reading alone kept 8 configs 0.91-0.92 of a batched matmul's best on two of four
-    shapes; widened, the unfolded one 0.94-0.97."""
+    shapes; widened, the unfolded one 0.94-0.97, and this one the best on all four."""
     size = _BATCHED_SIZE.get(launch.family)
     if size is None or size not in launch.problem:
         return None
-    for name, value in sorted(args.items()):
-        if not (isinstance(value, int) and value in _batch_values(launch, {name: value})):
-            continue
+    for name, value in sorted(_batch_args(launch, args).items()):
         trial = replace(launch, problem={**launch.problem, size: launch.problem[size] * value})
         if (_family_programs(trial, sample)[known] == programs[known]).all():
             note = (f"{size} = {launch.problem[size]} x {name} ({value}): the grid's batch "
@@ -359,14 +356,14 @@ def _batched(launch: Launch, sample: Sequence[Any], programs: np.ndarray, known:
     return None
 
 
-def _batch_values(launch: Launch, args: Mapping[str, Any]) -> set[int]:
-    """Integer arguments of the call named as no size or parameter of the family (nor mapped
-    onto one): what a grid axis over a batch would count."""
+def _batch_args(launch: Launch, args: Mapping[str, Any]) -> dict[str, int]:
+    """{name: value} of the call's integer arguments (> 1) named as no size or parameter of
+    the family (nor mapped onto one): what a grid axis over a batch would count."""
     required, neutral = FAMILY_PARAMS[launch.family]
     named = {*required, *neutral, *PROBLEM_KEYS[launch.family], *launch.rename}
     named |= {n for n in launch.origin.values() if isinstance(n, str)}
-    return {int(v) for k, v in args.items() if isinstance(v, int) and not isinstance(v, bool)
-            and k not in named and v > 1}
+    return {k: int(v) for k, v in args.items() if isinstance(v, int)
+            and not isinstance(v, bool) and k not in named and v > 1}
 
 
 def _persistent(programs: np.ndarray, expected: np.ndarray) -> float | None:

@@ -66,6 +66,25 @@ def call_of(inputs: dict, c: dict, per_sm: int) -> KernelCall:
                       num_warps=call.num_warps, num_stages=call.num_stages)
 
 
+def checked_time(make_call, ref: torch.Tensor, cublas_ms: float) -> dict:
+    """Build the call, run it once and check C against ``ref`` (max abs error < 0.1), then
+    time it (costtune's graph timing): ``status`` ok / wrong_result / the exception's name
+    (failures are data), ``max_err``, ``ms`` and ``vs_cublas`` where it ran."""
+    from costtune.measure.bench import graph_bench
+
+    try:
+        call = make_call()
+        call.run()
+        torch.cuda.synchronize()
+        err = (call.args[2].base.float() - ref.float()).abs().max().item()
+        if not err < 0.1:
+            return {"max_err": err, "status": "wrong_result"}
+        ms = graph_bench(call.run)
+        return {"max_err": err, "ms": ms, "vs_cublas": cublas_ms / ms, "status": "ok"}
+    except Exception as e:  # failures are data
+        return {"status": type(e).__name__, "error": str(e)[-300:]}
+
+
 def _warm(jobs: list[tuple[int, dict]]) -> int:
     done = 0
     for m, n, k in WARM:
@@ -106,23 +125,11 @@ def main() -> None:
         best = {}
         for per_sm, c in calls(m, n, k):
             rec = {"shape": f"{m}x{n}x{k}", "per_sm": per_sm, **c, "cublas_ms": cublas, **env}
-            try:
-                call = call_of(inputs, c, per_sm)
-                call.run()
-                torch.cuda.synchronize()
-                err = (call.args[2].base.float() - ref.float()).abs().max().item()
-                rec["max_err"] = err
-                if not err < 0.1:
-                    rec["status"] = "wrong_result"
-                else:
-                    rec["ms"] = graph_bench(call.run)
-                    rec["vs_cublas"] = cublas / rec["ms"]
-                    rec["status"] = "ok"
-                    if rec["vs_cublas"] > best.get(per_sm, {}).get("vs_cublas", 0):
-                        best[per_sm] = rec
-            except Exception as e:  # failures are data
-                rec["status"] = type(e).__name__
-                rec["error"] = str(e)[-300:]
+            rec.update(checked_time(lambda c=c, p=per_sm, i=inputs: call_of(i, c, p),
+                                    ref, cublas))
+            if rec["status"] == "ok" and rec["vs_cublas"] > best.get(per_sm, {}).get(
+                    "vs_cublas", 0):
+                best[per_sm] = rec
             with open(out, "a") as f:
                 f.write(json.dumps(rec) + "\n")
         print(f"{m}x{n}x{k}: cuBLAS {cublas:.4f} ms; " + "; ".join(

@@ -77,20 +77,8 @@ def main() -> None:
                                                            gain).items()}}
             old, sk.SK_GAIN = sk.SK_GAIN, gain
             try:
-                (call,) = sk.kernel_calls(inputs, c)
-                call.run()
-                torch.cuda.synchronize()
-                err = (call.args[2].base.float() - ref.float()).abs().max().item()
-                rec["max_err"] = err
-                if not err < 0.1:
-                    rec["status"] = "wrong_result"
-                else:
-                    rec["ms"] = graph_bench(call.run)
-                    rec["vs_cublas"] = cublas / rec["ms"]
-                    rec["status"] = "ok"
-            except Exception as e:  # failures are data
-                rec["status"] = type(e).__name__
-                rec["error"] = str(e)[-300:]
+                rec.update(occ.checked_time(lambda c=c, i=inputs: sk.kernel_calls(i, c)[0], ref,
+                                            cublas))
             finally:
                 sk.SK_GAIN = old
             with open(out, "a") as f:
