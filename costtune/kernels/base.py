@@ -30,7 +30,7 @@ FAMILIES = ("gemm", "softmax", "attention")
 IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "gemm": ("gemm", "gemm_tutorial", "gemm_tma", "gemm_tma_device", "gemm_streamk"),
     "softmax": ("softmax", "softmax_onepass", "softmax_multirow"),
-    "attention": ("attention", "attention_tma"),
+    "attention": ("attention", "attention_tma", "attention_persistent"),
 }
 # Each family's problem keys (its module's PROBLEM_KEYS reads them from here).
 PROBLEM_KEYS: dict[str, tuple[str, ...]] = {
