@@ -1,6 +1,7 @@
 """Kernels written as people write them, none of them costtune's: in the styles of Triton's
 tutorials 02 (fused softmax), 03 (matmul), 06 (fused attention, host TensorDescriptors) and 09
-(TMA persistent matmul), and of an Inductor-generated looped softmax reduction. Each ``Style``
+(TMA persistent matmul), a persistent fused attention (``user_kernels_persistent.py``), and of
+an Inductor-generated looped softmax reduction. Each ``Style``
 holds the @triton.jit kernel, its config lists (tiny ones for the CPU interpreter, the
 tutorial-sized ones for the H200), its tuning key, inputs, launch and fp32 reference.
 
@@ -35,6 +36,11 @@ from user_kernels_configs import (  # noqa: E402
     _matmul_configs,
     _softmax_configs,
     _tma_configs,
+)
+from user_kernels_persistent import (  # noqa: E402
+    attn_fwd_persistent,
+    persistent_attn_configs,
+    persistent_attn_launch,
 )
 
 
@@ -377,6 +383,14 @@ STYLES: dict[str, Style] = {s.name: s for s in (
           _tma_launch, lambda inputs: _gemm_reference(inputs, b_transposed=True),
           {"M": 32, "N": 128, "K": 256}, {"M": 4096, "N": 4096, "K": 4096}, torch.float16,
           torch.float16, 2e-3, lambda x: x["a"] @ x["b"].T),
+    Style("persistent_attention", attn_fwd_persistent, persistent_attn_configs,
+          ("Z", "H", "N_CTX", "HEAD_DIM", "CAUSAL"), "attention", _attn_inputs,
+          lambda tuned, inputs: persistent_attn_launch(tuned, inputs,
+                                                       num_sms=num_sms(inputs["q"].device)),
+          _attn_reference, {"B": 3, "H": 2, "S": 64, "D": 32, "causal": 1},
+          {"B": 4, "H": 16, "S": 2048, "D": 64, "causal": 1}, torch.float16, torch.float16,
+          5e-3, lambda x: torch.nn.functional.scaled_dot_product_attention(
+              x["q"], x["k"], x["v"], is_causal=bool(x["causal"]))),
     Style("inductor_softmax", triton_red_fused__softmax_0, _inductor_configs,
           ("xnumel", "r0_numel"), "softmax", _rows_inputs, _inductor_launch,
           _softmax_reference, {"rows": 16, "cols": 300}, {"rows": 32768, "cols": 2048},

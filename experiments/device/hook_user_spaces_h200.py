@@ -1,12 +1,12 @@
 """Kernels written outside the project, timed over their whole config lists on the H200, and
 what the pruning hook keeps of each list under each ranking method (issue 18: the two stages).
 
-For every style of ``experiments/user_kernels.py`` (Triton tutorials 02, 03, 06, 09 and an
-Inductor softmax) and a few shapes: exhaustive ``triton.autotune`` with costtune's graph timing
-(``costtune.graph_bench``) gives every config's time, all configs compiled first in parallel
-(``costtune.tune.precompile``, forked processes); a spy pruner records the call's arguments.
-Then each method's pruner is called on those arguments, as Triton would call it, at
-top_k = 1, 4, 8, and scored by TenSet's ratio: the best time of the list over the best time
+For every style of ``experiments/user_kernels.py`` (Triton tutorials 02, 03, 06, 09, a
+persistent attention and an Inductor softmax) and a few shapes: exhaustive ``triton.autotune``
+with costtune's graph timing (``costtune.graph_bench``) gives every config's time, all configs
+compiled first in parallel (``costtune.tune.precompile``, forked processes); a spy pruner
+records the call's arguments. Then each method's pruner is called on those arguments, as Triton
+would call it, at top_k = 1, 4, 8, and scored by TenSet's ratio: the best time of the list over the best time
 among the kept. Methods: ``stage1`` (the default hook, static features), ``two_stage``
 (compiled features of the user's own kernel, blended at the shipped stage-1 weight),
 ``two_stage:w0`` (the compiled booster alone) and ``two_stage:ours`` (compiled features of
@@ -47,6 +47,11 @@ SHAPES = {
                              {"B": 8, "H": 16, "S": 1024, "D": 128, "causal": 1}],
     "inductor_softmax": [{"rows": 32768, "cols": 2048}, {"rows": 8192, "cols": 8192},
                          {"rows": 4096, "cols": 30000}],
+    # tutorial 06's shapes, and one whose 2 x 8 heads leave most SMs idle without looping.
+    "persistent_attention": [{"B": 4, "H": 16, "S": 2048, "D": 64, "causal": 1},
+                             {"B": 2, "H": 16, "S": 4096, "D": 128, "causal": 0},
+                             {"B": 8, "H": 16, "S": 1024, "D": 128, "causal": 1},
+                             {"B": 2, "H": 8, "S": 8192, "D": 128, "causal": 1}],
     "tutorial02_softmax": [{"rows": 8192, "cols": 3000}, {"rows": 32768, "cols": 1024}],
 }
 # More shapes per style, whole lists timed only (--learn-shapes): with SHAPES, the sequence of
