@@ -6,14 +6,14 @@ persistent attention and an Inductor softmax) and a few shapes: exhaustive ``tri
 with costtune's graph timing (``costtune.graph_bench``) gives every config's time, all configs
 compiled first in parallel (``costtune.tune.precompile``, forked processes); a spy pruner
 records the call's arguments. Then each method's pruner is called on those arguments, as Triton
-would call it, at top_k = 1, 4, 8, and scored by TenSet's ratio: the best time of the list over the best time
-among the kept. Methods: ``stage1`` (the default hook, static features), ``two_stage``
-(compiled features of the user's own kernel, blended at the shipped stage-1 weight),
-``two_stage:w0`` (the compiled booster alone) and ``two_stage:ours`` (compiled features of
-costtune's own kernel of the family at the same configs: the hook before this change); and,
-through ``triton.autotune`` itself with the hook (``autotune:stage1``, ``autotune:two_stage``):
-the config Triton picks (after the hook's precompile replaced what cannot launch), scored the
-same way against the same call's exhaustive times.
+would call it, at top_k = 1, 4, 8, and scored by TenSet's ratio: the best time of the list over
+the best time among the kept. Methods: ``stage1`` (the default hook, static features),
+``two_stage`` (compiled features of the user's own kernel, blended at the shipped stage-1
+weight), ``two_stage:w0`` (the compiled booster alone) and ``two_stage:ours`` (compiled
+features of costtune's own kernel of the family at the same configs: the hook before this
+change); and, through ``triton.autotune`` itself with the hook (``autotune:stage1``,
+``autotune:two_stage``): the config Triton picks (after the hook's precompile replaced what
+cannot launch), scored the same way against the same call's exhaustive times.
 
 Writes ``$OUT/spaces.jsonl`` (every config's time per shape) and ``$OUT/methods.jsonl`` (one
 line per shape, method and k), line by line; a shape already in them is skipped (resumable).
