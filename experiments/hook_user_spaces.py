@@ -9,7 +9,7 @@ time of the whole list / best time among the kept (1.0: the list's best was kept
 and summarised (mean, min), with the seconds the pruning took.
 
     python -m experiments.hook_user_spaces [--raw experiments/results/raw/hook_user_spaces]
-        [--call call2_<commit>] [--out DIR]
+        [--call call1_<commit> call2_<commit>] [--out DIR]
 """
 
 from __future__ import annotations
@@ -31,20 +31,32 @@ ORDER = ["stage1", "two_stage", "two_stage:w0", "two_stage:ours", "autotune:stag
          "autotune:two_stage"]
 
 
-def latest_call(raw: Path) -> str:
-    """The suffix of the newest call's files (``methods_<call>.jsonl``), by name order."""
+def all_calls(raw: Path) -> list[str]:
+    """The suffixes of every call's files (``methods_<call>.jsonl``), oldest first by name."""
     calls = sorted(p.stem.removeprefix("methods_") for p in raw.glob("methods_*.jsonl"))
     if not calls:
         raise SystemExit(f"{QUESTION}: no methods_*.jsonl under {raw}")
-    return calls[-1]
+    return calls
 
 
-def load(raw: Path, call: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    methods = pd.read_json(raw / f"methods_{call}.jsonl", lines=True)
-    spaces = pd.read_json(raw / f"spaces_{call}.jsonl", lines=True)
-    for df in (methods, spaces):
-        df["shape"] = df["problem"].map(lambda p: "x".join(str(v) for v in p.values()))
-    return methods, spaces
+def load(raw: Path, calls: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every call's records, each (style, shape) from the newest call that measured it (a call
+    that re-measured a shape supersedes the older one; scores are ratios inside one call)."""
+    methods, spaces = [], []
+    for call in calls:
+        for name, frames in (("methods", methods), ("spaces", spaces)):
+            df = pd.read_json(raw / f"{name}_{call}.jsonl", lines=True)
+            df["shape"] = df["problem"].map(lambda p: "x".join(str(v) for v in p.values()))
+            df["call"] = call
+            frames.append(df)
+    spaces_all = pd.concat(spaces, ignore_index=True)
+    newest = spaces_all.groupby(["style", "shape"])["call"].last()
+    out = []
+    for df in (pd.concat(methods, ignore_index=True), spaces_all):
+        keep = df["call"].to_numpy() == newest.reindex(
+            pd.MultiIndex.from_frame(df[["style", "shape"]])).to_numpy()
+        out.append(df[keep].reset_index(drop=True))
+    return out[0], out[1]
 
 
 def tables(methods: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -61,26 +73,32 @@ def tables(methods: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return per_shape, summary.sort_values(["method", "k"])
 
 
-def report(methods: pd.DataFrame, spaces: pd.DataFrame, call: str) -> list[str]:
+def report(methods: pd.DataFrame, spaces: pd.DataFrame) -> list[str]:
     per_shape, summary = tables(methods)
-    first = spaces.iloc[0]
     flat = per_shape.copy()
     flat.columns = [f"{m} k={k}" for m, k in flat.columns]
     kernels = (methods[methods["method"] == "two_stage"].groupby("style")["stage2_kernel"]
                .first().fillna("-"))
     replaced = methods[methods["replaced"].map(lambda r: bool(r) if isinstance(r, dict)
                                                else False)] if "replaced" in methods else []
-    lines = ["# The hook on kernels written outside the project (H200)", "",
-             f"- Measured: {first.get('gpu')}, torch {first.get('torch')}, triton "
-             f"{first.get('triton')}, costtune {str(first.get('costtune_commit'))[:7]}, "
-             f"{first.get('date')}; device call `{call}`: `COSTTUNE_COMMIT=<commit> bash "
+    measured = []
+    for call, rows in spaces.groupby("call", sort=True):
+        first = rows.iloc[0]
+        measured.append(
+            f"- Measured in device call `{call}` ({', '.join(sorted(rows['style'].unique()))}): "
+            f"{first.get('gpu')}, torch {first.get('torch')}, triton {first.get('triton')}, "
+            f"costtune {str(first.get('costtune_commit'))[:7]}, {first.get('date')}.")
+    lines = ["# The hook on kernels written outside the project (H200)", "", *measured,
+             "- Command: `COSTTUNE_COMMIT=<commit> bash "
              "experiments/device/call_hook_spaces_h200.sh` "
-             "(`experiments/device/hook_user_spaces_h200.py`); raw records in "
-             f"`results/raw/{QUESTION}/`.",
+             "(`experiments/device/hook_user_spaces_h200.py`, `--styles` to measure some); "
+             f"raw records in `results/raw/{QUESTION}/`, one pair of files per call; each "
+             "(style, shape) is reported from the newest call that measured it.",
              harness.provenance(), "",
              "Kernels in the styles of Triton's tutorials 02 (softmax), 03 (matmul, the "
              "328-config list), 06 (fused attention, descriptors set in a pre_hook), 09 (TMA "
-             "persistent matmul) and of an Inductor softmax (`experiments/user_kernels.py`), "
+             "persistent matmul), a persistent fused attention and an Inductor softmax "
+             "(`experiments/user_kernels.py`), "
              "none in any training data. Each list timed whole (CUDA-graph replay, L2 flushed, "
              "every config compiled first), then each method's kept list scored: best time of "
              "the list / best time among the kept (1.0: the best was kept; 0: only configs that "
@@ -105,12 +123,12 @@ def report(methods: pd.DataFrame, spaces: pd.DataFrame, call: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--raw", type=Path, default=RAW)
-    ap.add_argument("--call", default=None, help="which call's files (default: the newest)")
+    ap.add_argument("--call", nargs="+", default=None,
+                    help="which calls' files (default: every call under --raw)")
     ap.add_argument("--out", type=Path, default=None, help="results folder")
     args = ap.parse_args(argv)
-    call = args.call or latest_call(args.raw)
-    methods, spaces = load(args.raw, call)
-    lines = report(methods, spaces, call)
+    methods, spaces = load(args.raw, args.call or all_calls(args.raw))
+    lines = report(methods, spaces)
     per_shape, _ = tables(methods)
     flat = per_shape.copy()
     flat.columns = [f"{m} k={k}" for m, k in flat.columns]
