@@ -26,6 +26,8 @@ interleaved passes, median) beside the torch op. Sizes and config lists (GPU):
 - tutorial09_tma_matmul: 4096^3 fp16 persistent over host TensorDescriptors, 32 configs (the
   tutorial's list, EPILOGUE_SUBTILE on / off)
 - inductor_softmax: 32768 x 2048 fp16, 32 configs (XBLOCK x R0_BLOCK in [512, 8192], 4-8 warps)
+- persistent_attention: B4 H16 S2048 D64 causal fp16, pointer loads, min(SMs, tiles) programs,
+  36 configs (BLOCK_M 64-128 x BLOCK_N 32-128 x 2-4 stages x 4-8 warps)
 
 Writes ``runs.jsonl`` (appended as it goes; ``--resume`` keeps the ok runs), ``retime.jsonl``
 and ``user_kernels_h200.md`` under ``--out`` (default ``$OUT``, else
@@ -69,7 +71,7 @@ METHODS = ("exhaustive", "costtune")
 EST_START_S = 8.0
 EST_COMPILE_S = {"tutorial02_softmax": 0.35, "tutorial03_matmul": 0.5,
                  "tutorial06_attention": 1.2, "tutorial09_tma_matmul": 0.7,
-                 "inductor_softmax": 0.35}
+                 "inductor_softmax": 0.35, "persistent_attention": 1.2}
 EST_BENCH_S = {"exhaustive": 0.13, "costtune": 0.03}
 EST_MODEL_S = 2.5
 EST_RETIME_S = 40.0
