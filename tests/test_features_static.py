@@ -191,3 +191,39 @@ def test_compute_features_writes_a_joinable_table(tmp_path):
     dataset = store.load()
     joined = dataset.merge(table, on=KEY_COLUMNS, suffixes=("", "_f"))
     assert len(joined) == 2 and set(joined["num_programs"]) == {128.0, 100.0}
+
+
+def test_launched_programs_from_the_implementations_grid_or_a_persistent_cap():
+    """A persistent implementation's rows describe the programs its grid starts (min(SMs,
+    tiles)); the hook's persistent cap gives the same features; without either, one program
+    per tile (launched_per_tile 1)."""
+    from costtune.kernels import attention_persistent as ap
+    from costtune.types import Config
+
+    problem = {"B": 2, "H": 16, "S": 2048, "D": 64, "causal": 1}
+    configs = [Config({"BLOCK_M": m, "BLOCK_N": 64}, num_warps=w, num_stages=3)
+               for m in (64, 128) for w in (4, 8)]
+    rows = [{"kernel": "attention", "implementation": "attention_persistent", "dtype": "float16",
+             "workload": "w", **problem, **c.as_dict(), "config": c.key} for c in configs]
+    f = static_features(pd.DataFrame(rows))
+    tiles = np.array([32 * (2048 // c["BLOCK_M"]) for c in configs], float)
+    assert np.array_equal(f["num_programs"], tiles)
+    launched = np.array([math.prod(ap.grid(problem, c)) for c in configs], float)
+    assert (launched == 132).all()
+    assert np.allclose(f["launched_per_tile"], launched / tiles)
+    assert np.allclose(f["log2_launched"], np.log2(132))
+    # One resident program per SM at most: 132 programs on 132 SMs.
+    assert np.allclose(f["ctas_per_sm_launch"], 1.0)
+    assert np.allclose(f["warps_per_sm_launch"], [c.num_warps for c in configs])
+    hook = static_features_for("attention", problem, "float16", configs, programs_cap=132)
+    pd.testing.assert_frame_equal(hook, f[STATIC_FEATURES].reset_index(drop=True))
+    plain = static_features_for("attention", problem, "float16", configs)
+    assert (plain["launched_per_tile"] == 1).all()
+    assert np.allclose(plain["ctas_per_sm_launch"], plain["ctas_per_sm_est"])
+    # The original kernel (one program per tile) and an explicit column agree with that.
+    original = static_features(pd.DataFrame([{**r, "implementation": "attention"}
+                                             for r in rows]))
+    pd.testing.assert_frame_equal(original[STATIC_FEATURES].reset_index(drop=True), plain)
+    told = static_features(pd.DataFrame([{**r, "implementation": "mine",
+                                          "launched_programs": 132.0} for r in rows]))
+    pd.testing.assert_frame_equal(told[STATIC_FEATURES].reset_index(drop=True), hook)

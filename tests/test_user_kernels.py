@@ -10,6 +10,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import triton
@@ -217,6 +218,7 @@ def test_grid_fixes_an_absent_parameter_or_reads_as_persistent():
     assert fixed.meta == {"ROWS_PER_PROG": 4} and fixed.doubts == ()
     persistent = describe(spec, cfgs, args=args, grid=(24,))  # 64 / 24 rows: a loop
     assert persistent.meta == {} and "persistent" in persistent.info[0]
+    assert persistent.programs_cap == 24 and fixed.programs_cap is None
     other = describe(spec, cfgs, args=args, grid=(128,))  # more programs than rows
     assert [c for c, _ in other.doubts] == ["grid"]
     gemm = describe(LaunchSpec(), [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16,
@@ -381,6 +383,35 @@ def test_harvest_rows_carry_family_sizes_and_knobs(tmp_path, record):
     # tutorial 09's untold knob (issue 21's one warning), then the layer norm's doubt
     assert [("EPILOGUE_SUBTILE" in m, "reads as a layer norm" in m) for m in ours(record)] == [
         (True, False), (False, True)]
+
+
+def test_a_persistent_launch_is_ranked_and_harvested_with_its_programs(tmp_path, monkeypatch):
+    """A persistent attention (min(NUM_SMS, tiles) programs; 4 "SMs" on the CPU, 6 tiles):
+    the hook ranks with the features of 4 launched programs, and the harvest records them so
+    a model learning from it sees the same."""
+    from costtune.features.static import static_features, static_features_for
+
+    style = STYLES["persistent_attention"]
+    caps = []
+    real = static_features_for
+
+    def spy(*args, **kwargs):  # the launch's grid check calls it too, with no cap
+        caps.append(kwargs.get("programs_cap"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("costtune.features.static.static_features_for", spy)
+    store = tmp_path / "harvest"
+    with costtune.harvest(store) as h:
+        tuner = costtune.autotune(style.configs("cpu"), key=list(style.key), top_k=2,
+                                  do_bench=Bench())(style.kernel)
+        inputs = style.inputs("cpu", device="cpu")
+        out = style.launch(tuner, inputs)
+    assert zoo.relative_error(out, style.reference(inputs)) < style.tolerance
+    assert 4 in caps and h.errors == [] and h.rows == 2
+    rows = costtune.load_dataset(store)
+    assert (rows["family"] == "attention").all() and (rows["launched_programs"] == 4).all()
+    feats = static_features(rows.assign(kernel=rows["family"]))  # as learn=True reads them
+    assert np.allclose(feats["launched_per_tile"], 4 / 6)  # S=64: one query block, 6 heads
 
 
 def test_explain_returns_what_it_printed(capsys):

@@ -58,7 +58,13 @@ STATIC_FEATURES: list[str] = [
     "loop_trips", "log2_tile_iters", "threads_per_program", "elems_per_thread",
     "log2_bytes_loaded", "load_amplification",
     *(f"knob_{k.lower()}" for k in KNOB_COLUMNS),
+    "log2_launched", "launched_per_tile", "ctas_per_sm_launch", "warps_per_sm_launch",
 ]
+# Programs the launch really starts (its grid), where that differs from the family's one
+# program per tile: a persistent kernel launches min(C, tiles) programs that loop over the
+# tiles. Dataset rows get it from their implementation's grid, harvested rows and the hook
+# from the user's launch grid; absent, one program per tile.
+LAUNCHED = "launched_programs"
 
 
 def static_features(rows: pd.DataFrame | Sequence[dict[str, Any]], *,
@@ -69,8 +75,8 @@ def static_features(rows: pd.DataFrame | Sequence[dict[str, Any]], *,
     df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
     if "kernel" not in df.columns or "dtype" not in df.columns:
         raise ValueError("static_features needs 'kernel' and 'dtype' columns")
-    cols = {c: _floats(df[c]) for c in (*PROBLEM_COLUMNS, *CONFIG_COLUMNS, *KNOB_COLUMNS)
-            if c in df.columns}
+    cols = {c: _floats(df[c]) for c in (*PROBLEM_COLUMNS, *CONFIG_COLUMNS, *KNOB_COLUMNS,
+                                         LAUNCHED) if c in df.columns}
     if "config" in df.columns and not all(c in df.columns for c in CONFIG_COLUMNS):
         # Params only in the canonical key string (e.g. a hand-made frame): parse each once.
         parsed = {k: parse_config_key(k).as_dict() for k in df["config"].unique()}
@@ -92,7 +98,8 @@ def static_features(rows: pd.DataFrame | Sequence[dict[str, Any]], *,
 def _fill_implied(df: pd.DataFrame, cols: dict[str, np.ndarray]) -> None:
     """Fill, in place, the family parameters that rows' implementations fix rather than tune
     (``implied_params``: a GEMM without split-K has SPLIT_K 1, a whole-row softmax BLOCK_N
-    next_pow2(cols)), so every implementation is described in its family's terms."""
+    next_pow2(cols)), so every implementation is described in its family's terms, and the
+    programs its grid launches (``LAUNCHED``: fewer than tiles for a persistent kernel)."""
     from costtune.kernels.base import family_of, get_implementation
 
     impl = df["implementation"].astype(str).to_numpy()
@@ -116,14 +123,24 @@ def _fill_implied(df: pd.DataFrame, cols: dict[str, np.ndarray]) -> None:
             if got is None:
                 problem = {k: v for k, v in zip(keys, prob, strict=True)
                            if k in _problem_keys(family)}
-                got = memo[(prob, key)] = module.implied_params(problem,
-                                                                parse_config_key(key))
+                config = parse_config_key(key)
+                got = memo[(prob, key)] = {**module.implied_params(problem, config),
+                                           LAUNCHED: _grid_programs(module, problem, config)}
             for param, value in got.items():
                 if param not in owned:  # the frame's columns may be read-only views
                     owned.add(param)
                     cols[param] = np.array(cols.get(param, np.full(n, np.nan)), dtype=float)
                 if np.isnan(cols[param][i]):
                     cols[param][i] = float(value)
+
+
+def _grid_programs(module: Any, problem: dict[str, Any], config: Config) -> float:
+    """Programs an implementation's launch starts (the product of its grid); NaN where the
+    grid cannot be evaluated (a problem missing a size)."""
+    try:
+        return float(np.prod(module.grid({k: int(v) for k, v in problem.items()}, config)))
+    except (ValueError, KeyError, TypeError):
+        return np.nan
 
 
 def _problem_keys(family: str) -> tuple[str, ...]:
@@ -150,13 +167,17 @@ def _number(value: Any) -> float:
 
 def static_features_for(kernel: str, problem: dict[str, Any], dtype: str,
                         configs: Sequence[Any], *, num_sms: int = NUM_SMS,
-                        columns: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+                        columns: dict[str, np.ndarray] | None = None,
+                        programs_cap: float | None = None) -> pd.DataFrame:
     """Features of many configs (Config, triton.Config or flat dicts) for one problem: the
     pruning hook's call, without building a DataFrame row by row. ``columns``: the configs'
-    ``config_columns``, when the caller keeps them across problems."""
+    ``config_columns``, when the caller keeps them across problems. ``programs_cap``: a
+    persistent launch's program count C (each config launches min(C, its tiles))."""
     n = len(configs)
     cols = {k: np.full(n, float(v)) for k, v in problem.items() if k in PROBLEM_COLUMNS}
     cols.update(config_columns(configs) if columns is None else columns)
+    if programs_cap is not None:
+        cols["programs_cap"] = np.full(n, float(programs_cap))
     feats = _compute(np.full(n, kernel), np.full(n, float(_DTYPE_BYTES.get(dtype, np.nan))),
                      cols, num_sms=num_sms)
     return _frame(feats, index=None)
@@ -226,7 +247,22 @@ def _compute(kernel: np.ndarray, dtype_bytes: np.ndarray, cols: dict[str, np.nda
                 for name, values in part.items():
                     g.setdefault(name, nan.copy())[rows] = values
         _derived(f, g, num_sms=num_sms)
+        _launched(f, col(LAUNCHED), col("programs_cap"), num_sms=num_sms)
     return f
+
+
+def _launched(f: dict[str, np.ndarray], launched: np.ndarray, cap: np.ndarray, *,
+              num_sms: int) -> None:
+    """What the launch's real program count implies: a persistent kernel's programs each run
+    several tiles, and at most ``programs / SMs`` of them share an SM (one resident program
+    per SM leaves a 4-warp program's latency unhidden)."""
+    tiles = f["num_programs"]
+    programs = np.where(np.isfinite(launched), launched, tiles)
+    programs = np.where(np.isfinite(cap), np.minimum(cap, programs), programs)
+    f["log2_launched"] = np.log2(programs)
+    f["launched_per_tile"] = programs / tiles
+    f["ctas_per_sm_launch"] = np.minimum(f["ctas_per_sm_est"], programs / num_sms)
+    f["warps_per_sm_launch"] = f["ctas_per_sm_launch"] * f["num_warps"]
 
 
 def _derived(f: dict[str, np.ndarray], g: dict[str, np.ndarray], *, num_sms: int) -> None:

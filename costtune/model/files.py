@@ -113,7 +113,8 @@ def resolve(path_or_name: str | os.PathLike) -> tuple[Path, Path]:
 
 def check_meta(path: Path, meta: Any) -> None:
     """What every loader checks of a model's JSON: the file format, the schema version, the
-    parameter names and the feature list (equal to this code's ``feature_names``)."""
+    parameter names and the feature list (every saved feature among this code's
+    ``feature_names``: a model trained before features were added reads the ones it has)."""
     from costtune.model.features import FEATURE_SETS, feature_names
 
     if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
@@ -128,16 +129,15 @@ def check_meta(path: Path, meta: Any) -> None:
     if feature_set not in FEATURE_SETS:
         raise ModelSchemaError(f"{path}: unknown feature set {feature_set!r}")
     saved, current = list(meta.get("feature_names", [])), feature_names(feature_set)
-    if saved != current:
-        missing = [f for f in saved if f not in current]
-        extra = [f for f in current if f not in saved]
-        detail = (f"features the file needs but this code lacks: {missing[:8]}; "
-                  f"features this code adds: {extra[:8]}")
-        if not missing and not extra:
-            detail = "same names in another order"
+    missing = [f for f in saved if f not in current]
+    if missing or not saved:
+        # A model reads its own feature names; one trained before this code added features
+        # still gets each of them computed as when it was trained, so only what the code
+        # lacks is an error.
         raise ModelSchemaError(f"{path}: model was trained on another '{feature_set}' feature "
                                f"schema ({len(saved)} features, this code has {len(current)}); "
-                               f"{detail}; retrain the model")
+                               f"features the file needs but this code lacks: {missing[:8]}; "
+                               f"retrain the model")
 
 
 def read_meta(json_path: Path) -> dict[str, Any]:

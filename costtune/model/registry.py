@@ -152,9 +152,10 @@ def _check_features(model: Any) -> None:
     """What ``CostModel.load`` checks for a file, for a model handed over in memory."""
     from costtune.model.features import feature_names
 
-    if list(model.feature_names_) != feature_names(model.features):
-        raise ModelSchemaError("model was trained on another feature schema than this "
-                               "costtune computes; retrain it")
+    lacking = sorted(set(model.feature_names_) - set(feature_names(model.features)))
+    if lacking:
+        raise ModelSchemaError(f"model was trained on features this costtune does not compute "
+                               f"({lacking[:8]}); retrain it")
 
 
 def _single_threaded(model: Any) -> Any:

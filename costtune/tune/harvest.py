@@ -37,6 +37,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from costtune.features.static import LAUNCHED
 from costtune.tune.launch import (
     LaunchSpec,
     NotApplicable,
@@ -44,6 +45,7 @@ from costtune.tune.launch import (
     describe,
     family_params,
     first_tensor_dtype,
+    grid_programs,
     launch_options,
 )
 
@@ -159,6 +161,7 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
 
     named = dict(zip(tuner.arg_names, args))
     all_args = call_args(named, kwargs)
+    launched = None
     configs = list(tuner.configs_timings)
     pruner = tuner.early_config_prune
     # costtune's pruner carries how the user described the kernel; any other has no spec.
@@ -172,9 +175,11 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
             raise NotApplicable("kind", "declared as a family it does not read as")
         params = family_params(launch.family, configs, rename=launch.rename, meta=launch.meta)
         family, problem, dtype = launch.family, launch.problem, launch.dtype
+        if launch.programs_cap is not None:  # a persistent launch: what its grid starts
+            launched = grid_programs(kwargs.get("grid"), all_args, configs=configs)
         param_map = repr({k: v for k, v in launch.rename.items() if k != v})
     except NotApplicable:
-        family, params, param_map = None, None, ""
+        family, params, param_map, launched = None, None, "", None
         problem = {k: all_args[k] for k in tuner.keys
                    if isinstance(all_args.get(k), (int, float)) and not isinstance(
                        all_args.get(k), bool)}
@@ -207,6 +212,7 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
             "tuning_key": repr(tuple(key_values)),
             "bench_s": float(getattr(tuner, "bench_time", math.nan)),
             "n_tuned": len(configs), "n_configs": len(tuner.configs), **described,
+            **({LAUNCHED: float(launched[i])} if launched is not None else {}),
         })
     return kernel, rows
 

@@ -112,6 +112,7 @@ class Launch:
     kind: KernelKind | None = None
     doubts: tuple[tuple[str, str], ...] = ()
     info: tuple[str, ...] = ()
+    programs_cap: float | None = None  # a persistent launch's program count C (min(C, tiles))
 
 
 def call_args(named_args: Mapping[str, Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -276,9 +277,9 @@ def _with_grid(launch: Launch, configs: Sequence[Any], *, args: Mapping[str, Any
         return fixed
     persistent = _persistent(programs[known], expected[known])
     if persistent is not None:
-        return replace(launch, info=(*launch.info, f"persistent launch: at most "
-                                     f"{persistent:g} programs loop over the {launch.family} "
-                                     "tiles (ranked by the tiles)"))
+        return replace(launch, programs_cap=persistent,
+                       info=(*launch.info, f"persistent launch: at most {persistent:g} "
+                             f"programs loop over the {launch.family} tiles"))
     i = int(np.flatnonzero(known & (programs != expected))[0])
     ratio = programs[i] / expected[i]
     batch = sorted(k for k, v in _batch_args(launch, args).items() if v == ratio)

@@ -282,7 +282,8 @@ class ConfigPruner:
         n, keys = len(configs), self.config_keys(configs)
         live = [params[i] for i in alive]
         features = static_features_for(launch.family, launch.problem, launch.dtype, live,
-                                       columns={c: v[alive] for c, v in columns.items()})
+                                       columns={c: v[alive] for c, v in columns.items()},
+                                       programs_cap=launch.programs_cap)
         if uses_source(model):  # what the kernel's source does (features.source)
             features, unread = attach_source(features, self._tuned)
             doubts = [*doubts, *unread]
