@@ -104,8 +104,8 @@ def choose(table: pd.DataFrame) -> pd.DataFrame:
 
 
 # Stage-1 models another experiment ships: experiments/impl_descriptor.py's per-family
-# static+src models trained on every implementation (they win there, not here).
-SHIPPED_ELSEWHERE = tuple(f"{NAME}_{f}" for f in ("softmax",))
+# models trained on every implementation (softmax, attention: they win there, not here).
+SHIPPED_ELSEWHERE = ("h200_softmax", "h200_attention")
 
 
 def ship(choice: pd.DataFrame, train: pd.DataFrame, compiled: pd.DataFrame | None,
@@ -123,7 +123,8 @@ def ship(choice: pd.DataFrame, train: pd.DataFrame, compiled: pd.DataFrame | Non
         extra = {"compiled": compiled} if stage == 2 else {}
         fits = [(base, g["cross_family"].iloc[0], None)]
         fits += [(f"{base}_{r.kernel}", r.chosen, r.kernel) for r in g.itertuples()
-                 if CANDIDATES[r.chosen][1]["family"] is None]
+                 if CANDIDATES[r.chosen][1]["family"] is None
+                 and f"{base}_{r.kernel}" not in SHIPPED_ELSEWHERE]
         for file, cand, kernel in fits:
             params = {**BASE, **CANDIDATES[cand][1]}
             rows = train if kernel is None else train[train["kernel"] == kernel]

@@ -151,3 +151,12 @@ def test_hook_user_spaces_report_rebuilds_the_committed_csv(tmp_path):
     assert "(does not fit in shared memory)" in (tmp_path / "hook_user_spaces.md").read_text()
     with pytest.raises(SystemExit, match="no methods_"):
         report.main(["--raw", str(tmp_path)])
+
+
+def test_stage1_models_shipped_by_impl_descriptor_are_left_alone_by_model_selection():
+    from costtune.tune.trained import ALL_IMPLEMENTATIONS
+    from experiments import impl_descriptor, model_selection
+
+    shipped = {f"{model_selection.NAME}_{f}" for f in impl_descriptor.SHIP_FAMILIES}
+    assert set(model_selection.SHIPPED_ELSEWHERE) == shipped
+    assert set(ALL_IMPLEMENTATIONS) == set(impl_descriptor.SHIP_FAMILIES)
