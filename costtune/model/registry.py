@@ -154,8 +154,8 @@ def _check_features(model: Any) -> None:
 
     lacking = sorted(set(model.feature_names_) - set(feature_names(model.features)))
     if lacking:
-        raise ModelSchemaError(f"model was trained on features this costtune does not compute "
-                               f"({lacking[:8]}); retrain it")
+        raise ModelSchemaError(f"model was trained on another feature schema: features this "
+                               f"costtune does not compute ({lacking[:8]}); retrain it")
 
 
 def _single_threaded(model: Any) -> Any:
