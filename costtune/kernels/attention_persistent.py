@@ -44,6 +44,7 @@ from costtune.kernels.attention import (
     TRAIN_SHAPES,
     _attn_kv_blocks,
     flops,
+    implied_params,
     make_inputs,
     min_bytes,
     reference,
@@ -150,11 +151,6 @@ def grid(problem: dict[str, Any], config: Config | dict[str, Any]) -> tuple[int,
     return (min(tiles(problem, config), PROGRAMS),)
 
 
-def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> dict[str, int]:
-    """BLOCK_M and BLOCK_N are tuned here, as in the family's original: nothing is fixed."""
-    return {}
-
-
 def kernel_calls(inputs: dict[str, Any], config: Config | dict[str, Any]) -> list[KernelCall]:
     """The one launch ``launch`` makes; allocates ``out`` unless ``inputs`` holds one."""
     cfg = _config_values(config)
@@ -177,10 +173,9 @@ def kernel_calls(inputs: dict[str, Any], config: Config | dict[str, Any]) -> lis
 
 def launch(inputs: dict[str, Any], config: Config | dict[str, Any]) -> torch.Tensor:
     """Run the kernel; returns (B, H, S, D) in the input dtype."""
-    calls = kernel_calls(inputs, config)
-    for call in calls:
-        call.run()
-    return calls[-1].args[3]
+    (call,) = kernel_calls(inputs, config)
+    call.run()
+    return call.args[3]
 
 
 def config_space(problem: dict[str, Any] | None = None) -> ConfigSpace:
