@@ -39,6 +39,8 @@ MODELS_DIR = harness.ROOT / "costtune" / "models"
 # with static features, which since the launch features (a persistent kernel's programs) tell
 # its three implementations apart (in distribution 0.998 vs 0.999 for the originals-only
 # model, held out 0.95-0.99 top1). GEMM keeps the originals-only model (worst8 0.961 vs 0.917).
+# The families are costtune.tune.trained.ALL_IMPLEMENTATIONS (what the hook's trained-config
+# check and experiments/model_selection.py read).
 SHIP_FAMILIES = {"softmax": "static+src", "attention": "static"}
 
 

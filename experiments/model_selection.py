@@ -31,6 +31,7 @@ import pandas as pd
 from costtune.evaluate import evaluate
 from costtune.model import CostModel
 from costtune.model.training import save_with_table
+from costtune.tune.trained import ALL_IMPLEMENTATIONS
 from experiments import harness
 
 ROOT = harness.ROOT
@@ -104,8 +105,8 @@ def choose(table: pd.DataFrame) -> pd.DataFrame:
 
 
 # Stage-1 models another experiment ships: experiments/impl_descriptor.py's per-family
-# models trained on every implementation (softmax, attention: they win there, not here).
-SHIPPED_ELSEWHERE = ("h200_softmax", "h200_attention")
+# models trained on every implementation (they win there, not here).
+SHIPPED_ELSEWHERE = tuple(f"{NAME}_{f}" for f in ALL_IMPLEMENTATIONS)
 
 
 def ship(choice: pd.DataFrame, train: pd.DataFrame, compiled: pd.DataFrame | None,

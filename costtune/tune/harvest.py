@@ -179,7 +179,7 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
             launched = grid_programs(kwargs.get("grid"), all_args, configs=configs)
         param_map = repr({k: v for k, v in launch.rename.items() if k != v})
     except NotApplicable:
-        family, params, param_map, launched = None, None, "", None
+        family, params, param_map = None, None, ""
         problem = {k: all_args[k] for k in tuner.keys
                    if isinstance(all_args.get(k), (int, float)) and not isinstance(
                        all_args.get(k), bool)}
