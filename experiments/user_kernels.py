@@ -1,7 +1,8 @@
 """Kernels written as people write them, none of them costtune's: in the styles of Triton's
 tutorials 02 (fused softmax), 03 (matmul), 06 (fused attention, host TensorDescriptors) and 09
 (TMA persistent matmul), a persistent fused attention (``user_kernels_persistent.py``), and of
-an Inductor-generated looped softmax reduction. Each ``Style``
+an Inductor-generated looped softmax reduction and matmul template
+(``user_kernels_inductor_mm.py``). Each ``Style``
 holds the @triton.jit kernel, its config lists (tiny ones for the CPU interpreter, the
 tutorial-sized ones for the H200), its tuning key, inputs, launch and fp32 reference.
 
@@ -36,6 +37,11 @@ from user_kernels_configs import (  # noqa: E402
     _matmul_configs,
     _softmax_configs,
     _tma_configs,
+)
+from user_kernels_inductor_mm import (  # noqa: E402
+    inductor_mm_configs,
+    inductor_mm_kernel,
+    inductor_mm_launch,
 )
 from user_kernels_persistent import (  # noqa: E402
     attn_fwd_persistent,
@@ -391,6 +397,10 @@ STYLES: dict[str, Style] = {s.name: s for s in (
           {"B": 4, "H": 16, "S": 2048, "D": 64, "causal": 1}, torch.float16, torch.float16,
           5e-3, lambda x: torch.nn.functional.scaled_dot_product_attention(
               x["q"], x["k"], x["v"], is_causal=bool(x["causal"]))),
+    Style("inductor_mm", inductor_mm_kernel, inductor_mm_configs, ("M", "N", "K"), "gemm",
+          _matmul_inputs, inductor_mm_launch, _gemm_reference,
+          {"M": 48, "N": 160, "K": 272}, {"M": 4096, "N": 4096, "K": 4096}, torch.float16,
+          torch.float16, 2e-3, lambda x: x["a"] @ x["b"]),
     Style("inductor_softmax", triton_red_fused__softmax_0, _inductor_configs,
           ("xnumel", "r0_numel"), "softmax", _rows_inputs, _inductor_launch,
           _softmax_reference, {"rows": 16, "cols": 300}, {"rows": 32768, "cols": 2048},

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import costtune
@@ -111,3 +112,54 @@ def test_every_shipped_stage1_model_ships_its_table(family):
         rows = rows[rows["suite"] == "test"].head(400)
         again = refit(model, table, rows.iloc[:0], weight=REFIT_WEIGHT)
         np.testing.assert_allclose(again.predict(rows), model.predict(rows), atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def mixed_rows():
+    """Twelve workloads of the original softmax and twelve of softmax_multirow."""
+    df = costtune.load_dataset(DATASET, kernel="softmax")
+    parts = []
+    for impl in ("softmax", "softmax_multirow"):
+        sub = df[df["implementation"] == impl]
+        parts.append(sub[sub["workload"].isin(sorted(sub["workload"].unique())[:12])])
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_the_original_kernels_workloads_weigh_original_weight(mixed_rows):
+    plain = CostModel(family="softmax", n_estimators=40)
+    rows, _, groups = plain._targets(mixed_rows)
+    assert plain.weights(rows, groups) is None  # weight 1: the fit as before
+    heavy = CostModel(family="softmax", n_estimators=40, original_weight=4.0)
+    w = heavy.weights(rows, groups)
+    first = rows.iloc[np.concatenate([[0], np.cumsum(groups)[:-1]])]
+    assert len(w) == len(groups) == 24
+    np.testing.assert_array_equal(w, np.where(first["implementation"] == "softmax", 4.0, 1.0))
+    # rows without an implementation column are the family's original kernel
+    assert set(heavy.weights(rows.drop(columns="implementation"), groups)) == {4.0}
+    per_row = CostModel(family="softmax", objective="reg:logtime", original_weight=4.0)
+    assert len(per_row.weights(rows, groups)) == len(rows)
+    other = mixed_rows[mixed_rows["implementation"] == "softmax"]
+    assert not np.allclose(plain.fit(mixed_rows).predict(other),
+                           heavy.fit(mixed_rows).predict(other))
+    for bad in (0, -1.0, float("inf"), "4", True):
+        with pytest.raises(ValueError, match="original_weight must be a positive number"):
+            CostModel(family="softmax", original_weight=bad).fit(mixed_rows)
+
+
+def test_a_weighted_model_keeps_its_weights_in_its_table(mixed_rows, tmp_path):
+    model = CostModel(family="softmax", n_estimators=40, original_weight=4.0).fit(mixed_rows)
+    path = save_with_table(model, tmp_path / "m", mixed_rows)
+    loaded = CostModel.load(path)
+    assert loaded.get_params()["original_weight"] == 4.0
+    table = TrainingTable.load(path, names=loaded.feature_names_)
+    assert sorted(set(table.weights)) == [1.0, 4.0] and len(table.weights) == 24
+    again = refit(loaded, table, mixed_rows.iloc[:0], weight=REFIT_WEIGHT)
+    np.testing.assert_array_equal(again.predict(mixed_rows), model.predict(mixed_rows))
+    bad = tmp_path / "bad"
+    save_with_table(model, bad, mixed_rows)
+    with np.load(table_path(bad.with_suffix(".json"))) as f:
+        parts = {k: f[k] for k in f.files}
+    np.savez_compressed(table_path(bad.with_suffix(".json")), **{**parts,
+                                                                  "weights": np.ones(5)})
+    with pytest.raises(ModelSchemaError, match="5 weights for 24 groups"):
+        TrainingTable.load(bad)

@@ -28,7 +28,7 @@ MODEL_FORMAT = "costtune.CostModel"
 # ``CostModel``'s parameters (its ``get_params()`` keys; tests/test_forest.py checks they agree).
 MODEL_PARAMS = ("colsample_bytree", "failures", "family", "features", "learning_rate",
                 "max_depth", "min_child_weight", "n_estimators", "n_jobs", "objective",
-                "reg_lambda", "seed", "subsample")
+                "original_weight", "reg_lambda", "seed", "subsample")
 
 
 class ModelSchemaError(ValueError):

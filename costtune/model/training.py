@@ -37,13 +37,15 @@ __all__ = ["TrainingTable", "learned_from", "refit", "save_with_table", "table_p
 @dataclass(frozen=True)
 class TrainingTable:
     """Rows a ``CostModel`` learns from, as XGBoost sees them: ``x`` (float32, one column per
-    name of ``feature_names``), ``y`` (the objective's targets) and ``groups`` (rows per
-    workload, in row order; the query groups of the rank objectives)."""
+    name of ``feature_names``), ``y`` (the objective's targets), ``groups`` (rows per
+    workload, in row order; the query groups of the rank objectives) and ``weights``
+    (``CostModel.weights``: per group for the rank objectives, else per row; None: all 1)."""
 
     x: np.ndarray
     y: np.ndarray
     groups: np.ndarray
     feature_names: tuple[str, ...]
+    weights: np.ndarray | None = None
 
     @classmethod
     def from_rows(cls, model: Any, rows: pd.DataFrame, **attach_kwargs: Any) -> TrainingTable:
@@ -55,8 +57,10 @@ class TrainingTable:
                  else feature_names(model.features))
         target_rows, y, groups = model._targets(model._select_family(rows))
         x = design_matrix(target_rows, names, features=model.features, **attach_kwargs)
+        weights = model.weights(target_rows, groups)
         return cls(x=x, y=np.asarray(y, np.float32), groups=np.asarray(groups, np.int64),
-                   feature_names=tuple(names))
+                   feature_names=tuple(names),
+                   weights=None if weights is None else np.asarray(weights, np.float64))
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
@@ -66,8 +70,9 @@ class TrainingTable:
         path = table_path(model_path)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.npz")
         try:
+            extra = {} if self.weights is None else {"weights": self.weights}
             np.savez_compressed(tmp, x=self.x, y=self.y, groups=self.groups,
-                                feature_names=np.array(self.feature_names))
+                                feature_names=np.array(self.feature_names), **extra)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -87,11 +92,16 @@ class TrainingTable:
         try:
             with np.load(path, allow_pickle=False) as f:
                 table = cls(x=f["x"], y=f["y"], groups=f["groups"],
-                            feature_names=tuple(str(n) for n in f["feature_names"]))
+                            feature_names=tuple(str(n) for n in f["feature_names"]),
+                            weights=f["weights"] if "weights" in f.files else None)
         except (OSError, ValueError, KeyError) as exc:
             raise ModelSchemaError(f"{path}: not a readable training table ({exc})") from None
         if int(table.groups.sum()) != len(table) or len(table.y) != len(table):
             raise ModelSchemaError(f"{path}: groups, targets and rows disagree")
+        if table.weights is not None and len(table.weights) not in (len(table.groups),
+                                                                    len(table)):
+            raise ModelSchemaError(f"{path}: {len(table.weights)} weights for "
+                                   f"{len(table.groups)} groups of {len(table)} rows")
         if names is not None and tuple(names) != table.feature_names:
             raise ModelSchemaError(f"{path}: built with other features than its model "
                                    f"({len(table.feature_names)} vs {len(tuple(names))})")
@@ -140,8 +150,9 @@ def learned_from(model: Any, base: Any, rows: pd.DataFrame, *, n_rows: int,
 
 def refit(base: Any, table: TrainingTable, rows: pd.DataFrame, *, weight: float) -> Any:
     """A new ``CostModel`` with ``base``'s parameters fitted on ``table`` and ``rows``
-    together, each workload of ``rows`` weighing ``weight`` times a table workload (XGBoost's
-    per-group weights). ``rows``: dataset rows of one family (any status)."""
+    together, each workload of ``rows`` weighing ``weight`` times a table workload of weight 1
+    (XGBoost's per-group weights; the table's own as the base was fitted, e.g. its original
+    kernel's at ``original_weight``). ``rows``: dataset rows of one family (any status)."""
     import xgboost as xgb
 
     from costtune.model.features import design_matrix
@@ -164,13 +175,14 @@ def refit(base: Any, table: TrainingTable, rows: pd.DataFrame, *, weight: float)
     x = np.concatenate([table.x, new_x])
     dmat = xgb.DMatrix(x, label=np.concatenate([table.y, new_y]), feature_names=names,
                        nthread=model.n_jobs)
-    if model.objective.startswith("rank:"):
+    rank = model.objective.startswith("rank:")
+    old_w = table.weights if table.weights is not None else np.ones(
+        len(table.groups) if rank else len(table))
+    if rank:
         dmat.set_group(np.concatenate([table.groups, new_groups]))
-        dmat.set_weight(np.concatenate([np.ones(len(table.groups)),
-                                        np.full(len(new_groups), float(weight))]))
+        dmat.set_weight(np.concatenate([old_w, np.full(len(new_groups), float(weight))]))
     else:
-        dmat.set_weight(np.concatenate([np.ones(len(table)), np.full(len(new_y),
-                                                                      float(weight))]))
+        dmat.set_weight(np.concatenate([old_w, np.full(len(new_y), float(weight))]))
     model.booster_ = xgb.train(model._xgb_params(), dmat, num_boost_round=model.n_estimators)
     return learned_from(model, base, rows, n_rows=len(table) + len(new_rows),
                         n_workloads=len(table.groups) + len(new_groups))

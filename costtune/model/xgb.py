@@ -10,7 +10,11 @@ relative to the workload's best OK time ``L*`` (TVM MetaSchedule's ``min_cost / 
   a config 6x slower than the best reaches grade 1); failures get grade 0.
 
 ``failures="drop"`` trains on OK rows only. Workloads without any OK row carry no target and
-are skipped. ``predict`` returns higher = predicted faster for every objective.
+are skipped. ``original_weight``: in training, each workload of a family's original kernel (rows
+without an ``implementation``, or naming the family) weighs this many times a workload of
+another implementation (the shipped GEMM stage 1 learns every GEMM implementation with the
+original's workloads at 8, chosen on training data: experiments/impl_descriptor.py).
+``predict`` returns higher = predicted faster for every objective.
 
 ``n_jobs`` defaults to 1: on the shared 2-core box, XGBoost's OpenMP threads spin-wait when
 another process holds a core, and nthread=2 measured 10x (rank:pairwise, 25k rows: 6.6 s vs
@@ -78,8 +82,8 @@ class CostModel(BaseEstimator):
                  family: str | None = None, n_estimators: int = 300, max_depth: int = 6,
                  learning_rate: float = 0.1, min_child_weight: float = 1.0,
                  subsample: float = 1.0, colsample_bytree: float = 1.0,
-                 reg_lambda: float = 1.0, failures: str = "worst", n_jobs: int = 1,
-                 seed: int = 0) -> None:
+                 reg_lambda: float = 1.0, failures: str = "worst",
+                 original_weight: float = 1.0, n_jobs: int = 1, seed: int = 0) -> None:
         self.objective = objective
         self.features = features
         self.family = family
@@ -91,6 +95,7 @@ class CostModel(BaseEstimator):
         self.colsample_bytree = colsample_bytree
         self.reg_lambda = reg_lambda
         self.failures = failures
+        self.original_weight = original_weight
         self.n_jobs = n_jobs
         self.seed = seed
 
@@ -110,6 +115,9 @@ class CostModel(BaseEstimator):
                            nthread=self.n_jobs)
         if self.objective.startswith("rank:"):
             dmat.set_group(groups)
+        weights = self.weights(rows, groups)
+        if weights is not None:
+            dmat.set_weight(weights)
         self.booster_ = xgb.train(self._xgb_params(), dmat, num_boost_round=self.n_estimators)
         self.train_hash_ = dataset_hash(data)
         self.shape_ranges_ = shape_ranges(data)
@@ -130,6 +138,23 @@ class CostModel(BaseEstimator):
                 raise ValueError(f"unknown {name} {value!r}; use one of {list(allowed)}")
         if int(self.n_estimators) < 1:
             raise ValueError(f"n_estimators must be >= 1, got {self.n_estimators}")
+        w = self.original_weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < float("inf"):
+            raise ValueError(f"original_weight must be a positive number, got {w!r}")
+
+    def weights(self, rows: pd.DataFrame, groups: np.ndarray) -> np.ndarray | None:
+        """XGBoost's weights for training ``rows`` (``_targets``' rows and groups): per query
+        group for the rank objectives, else per row; ``original_weight`` for the family's
+        original kernel, 1 for every other implementation. None when all are 1."""
+        if float(self.original_weight) == 1.0:
+            return None
+        kernel = rows["kernel"].astype(str)
+        impl = (rows["implementation"].fillna(rows["kernel"]).astype(str)
+                if "implementation" in rows else kernel)
+        per_row = np.where((impl == kernel).to_numpy(), float(self.original_weight), 1.0)
+        if self.objective.startswith("rank:"):
+            return per_row[np.concatenate([[0], np.cumsum(groups)[:-1]]).astype(int)]
+        return per_row
 
     def _select_family(self, data: pd.DataFrame) -> pd.DataFrame:
         kernels = sorted(data["kernel"].astype(str).unique())

@@ -38,7 +38,7 @@ __all__ = ["build", "config_doubts", "keep_untrained", "load_trained", "unseen_v
 FILE_NAME = "trained_configs_h200.json"
 _DERIVED = ("elems_per_thread",)
 # Families whose stage-1 model learned every implementation (experiments/impl_descriptor.py).
-ALL_IMPLEMENTATIONS = ("softmax", "attention")
+ALL_IMPLEMENTATIONS = ("softmax", "attention", "gemm")
 
 
 @lru_cache(maxsize=1)

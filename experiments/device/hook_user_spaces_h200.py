@@ -53,6 +53,9 @@ SHAPES = {
                              {"B": 8, "H": 16, "S": 1024, "D": 128, "causal": 1},
                              {"B": 2, "H": 8, "S": 8192, "D": 128, "causal": 1}],
     "tutorial02_softmax": [{"rows": 8192, "cols": 3000}, {"rows": 32768, "cols": 1024}],
+    # Inductor's matmul template (EVEN_K by a heuristic); the last shape has an uneven K.
+    "inductor_mm": [{"M": 4096, "N": 4096, "K": 4096}, {"M": 2048, "N": 11008, "K": 4096},
+                    {"M": 1024, "N": 5120, "K": 5120}, {"M": 3000, "N": 2999, "K": 777}],
 }
 # More shapes per style, whole lists timed only (--learn-shapes): with SHAPES, the sequence of
 # tuning calls experiments/learn_user_kernels.py replays learn=True over.
@@ -69,6 +72,13 @@ LEARN_SHAPES = {
     "tutorial06_attention": [{"B": 4, "H": 32, "S": 1024, "D": 64, "causal": 0},
                              {"B": 1, "H": 16, "S": 8192, "D": 128, "causal": 1},
                              {"B": 16, "H": 8, "S": 512, "D": 64, "causal": 1}],
+    "tutorial09_tma_matmul": [{"M": 8192, "N": 8192, "K": 1024},
+                              {"M": 1024, "N": 5120, "K": 5120},
+                              {"M": 3072, "N": 3072, "K": 3072},
+                              {"M": 512, "N": 8192, "K": 8192}],
+    "inductor_mm": [{"M": 8192, "N": 8192, "K": 1024}, {"M": 256, "N": 4096, "K": 4096},
+                    {"M": 512, "N": 8192, "K": 8192}, {"M": 8192, "N": 1024, "K": 4096},
+                    {"M": 3072, "N": 3072, "K": 3072}, {"M": 1000, "N": 1000, "K": 1000}],
 }
 METHODS = {"stage1": {}, "two_stage": {"two_stage": True},
            "two_stage:w0": {"two_stage": True, "stage1_weight": 0.0},
