@@ -135,10 +135,17 @@ def model_scores(model, rows: pd.DataFrame, feats: pd.DataFrame) -> np.ndarray:
 
 def shipped_features(family: str) -> str:
     """The feature set of the shipped stage-1 model of ``family`` (e.g. softmax: static+src)."""
+    return shipped_params(family)["features"]
+
+
+def shipped_params(family: str) -> dict:
+    """What the base model takes from the shipped stage-1 model of ``family``: its feature set
+    and the weight of the original kernel's workloads (GEMM: 8)."""
     from costtune.model.xgb import CostModel
 
     loaded = CostModel.load_for("h200", family)
-    return (loaded[0] if isinstance(loaded, tuple) else loaded).features
+    model = loaded[0] if isinstance(loaded, tuple) else loaded
+    return {"features": model.features, "original_weight": model.original_weight}
 
 
 def hook_kept(rows: pd.DataFrame, feats: pd.DataFrame, order: np.ndarray, k: int,
@@ -221,7 +228,7 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
     if case["train"].empty or case["pool"].empty or test.empty:
         return []
     base = default_model(family=case.get("base_family", family), n_estimators=trees,
-                         features=shipped_features(family)).fit(case["train"])
+                         **shipped_params(family)).fit(case["train"])
     table = (TrainingTable.from_rows(base, case["train"])
              if any(m.startswith("refit:") for m in methods) else None)
     feats = static_features(test)
@@ -282,7 +289,7 @@ def ceiling(case: dict, *, trees: int) -> list[dict]:
     for label, rows in (("own rows", case["pool"]),
                         ("every implementation", pd.concat([case["train"], case["pool"]]))):
         model = default_model(family=case.get("base_family", family), n_estimators=trees,
-                              features=shipped_features(family)).fit(rows)
+                              **shipped_params(family)).fit(rows)
         records.append({"family": family, "held_out": case["held_out"], "harvest": "all",
                         "method": f"refit: {label}", "update": "refit", "seed": 0,
                         "n_shapes": n, "n_harvest_rows": len(case["pool"]),

@@ -60,7 +60,8 @@ def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
              harness.provenance(dataset=harness.DATASET, n_rows=n_rows), "",
              f"- Protocol: **{protocol}**. Base model: shipped defaults, with the feature "
              "set of the family's shipped stage-1 model (softmax: static+src, the kernel "
-             "source's counts; gemm and attention: static), trained on the other "
+             "source's counts; gemm and attention: static) and its weight of the original "
+             "kernel's workloads (gemm: 8), trained on the other "
              "implementations' train-suite rows; N harvested train-suite workloads of the "
              f"held-out one (seeded orders, {seeds} seeds, means shown) update it "
              "(`costtune.model.learned.fit_update`): `refit:<w>` refits it on its training "

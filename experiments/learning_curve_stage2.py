@@ -84,8 +84,7 @@ def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int],
     family = case["family"]
     if case["train"].empty or case["pool"].empty or case["test"].empty:
         return []
-    base1 = default_model(family=family, features=lc.shipped_features(family)).fit(
-        case["train"])
+    base1 = default_model(family=family, **lc.shipped_params(family)).fit(case["train"])
     table1 = TrainingTable.from_rows(base1, case["train"])
     base2 = default_model(family="all", features="static+compiled").fit(others)
     table2 = (TrainingTable.from_rows(base2, others)

@@ -1,10 +1,9 @@
 """Kernels written as people write them, none of them costtune's: in the styles of Triton's
 tutorials 02 (fused softmax), 03 (matmul), 06 (fused attention, host TensorDescriptors) and 09
-(TMA persistent matmul), a persistent fused attention (``user_kernels_persistent.py``), and of
-an Inductor-generated looped softmax reduction and matmul template
-(``user_kernels_inductor_mm.py``). Each ``Style``
-holds the @triton.jit kernel, its config lists (tiny ones for the CPU interpreter, the
-tutorial-sized ones for the H200), its tuning key, inputs, launch and fp32 reference.
+(TMA persistent matmul), a persistent fused attention (``user_kernels_persistent.py``), an
+Inductor-generated looped softmax and matmul template (``user_kernels_inductor.py``). Each
+``Style`` holds the @triton.jit kernel, its config lists (tiny ones for the CPU interpreter,
+the tutorial-sized ones for the H200), its tuning key, inputs, launch and fp32 reference.
 
 Written here from the tutorials' names and launch patterns (argument names, config names,
 grids, pre-hooks that set descriptor block shapes); the code is our own. Used by
@@ -31,17 +30,13 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # loaded by path from tests and scripts
+import user_kernels_inductor as _ind  # noqa: E402
 from user_kernels_configs import (  # noqa: E402
     _attn_configs,
     _inductor_configs,
     _matmul_configs,
     _softmax_configs,
     _tma_configs,
-)
-from user_kernels_inductor_mm import (  # noqa: E402
-    inductor_mm_configs,
-    inductor_mm_kernel,
-    inductor_mm_launch,
 )
 from user_kernels_persistent import (  # noqa: E402
     attn_fwd_persistent,
@@ -288,50 +283,6 @@ def _tma_launch(tuned: Any, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     return c
 
 
-# --- Inductor: a looped ("red") softmax reduction as torch.compile generates it -----------
-
-@triton.jit
-def triton_red_fused__softmax_0(in_ptr0, out_ptr2, xnumel, r0_numel, XBLOCK: tl.constexpr,
-                                R0_BLOCK: tl.constexpr):
-    xoffset = tl.program_id(0) * XBLOCK
-    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
-    r0_base = tl.arange(0, R0_BLOCK)[None, :]
-    x0 = xindex
-    _tmp2 = tl.full([XBLOCK, R0_BLOCK], float("-inf"), tl.float32)
-    for r0_offset in range(0, r0_numel, R0_BLOCK):
-        r0_index = r0_offset + r0_base
-        r0_mask = r0_index < r0_numel
-        tmp0 = tl.load(in_ptr0 + (r0_index + r0_numel * x0), r0_mask & xmask,
-                       eviction_policy="evict_last", other=float("-inf")).to(tl.float32)
-        _tmp2 = tl.where(r0_mask & xmask, tl.maximum(_tmp2, tmp0), _tmp2)
-    tmp2 = tl.max(_tmp2, 1)[:, None]
-    _tmp5 = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
-    for r0_offset in range(0, r0_numel, R0_BLOCK):
-        r0_index = r0_offset + r0_base
-        r0_mask = r0_index < r0_numel
-        tmp3 = tl.load(in_ptr0 + (r0_index + r0_numel * x0), r0_mask & xmask,
-                       eviction_policy="evict_last", other=0.0).to(tl.float32)
-        tmp4 = tl.exp(tmp3 - tmp2)
-        _tmp5 = tl.where(r0_mask & xmask, _tmp5 + tmp4, _tmp5)
-    tmp5 = tl.sum(_tmp5, 1)[:, None]
-    for r0_offset in range(0, r0_numel, R0_BLOCK):
-        r0_index = r0_offset + r0_base
-        r0_mask = r0_index < r0_numel
-        tmp6 = tl.load(in_ptr0 + (r0_index + r0_numel * x0), r0_mask & xmask,
-                       eviction_policy="evict_first", other=0.0).to(tl.float32)
-        tmp8 = tl.exp(tmp6 - tmp2) / tmp5
-        tl.store(out_ptr2 + (r0_index + r0_numel * x0),
-                 tmp8.to(out_ptr2.dtype.element_ty), r0_mask & xmask)
-
-
-def _inductor_launch(tuned: Any, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    x, y = inputs["x"], inputs["out"]
-    xnumel, r0_numel = x.shape
-    tuned[lambda meta: (triton.cdiv(xnumel, meta["XBLOCK"]), 1, 1)](x, y, xnumel, r0_numel)
-    return y
-
-
 # --- the styles ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -397,12 +348,12 @@ STYLES: dict[str, Style] = {s.name: s for s in (
           {"B": 4, "H": 16, "S": 2048, "D": 64, "causal": 1}, torch.float16, torch.float16,
           5e-3, lambda x: torch.nn.functional.scaled_dot_product_attention(
               x["q"], x["k"], x["v"], is_causal=bool(x["causal"]))),
-    Style("inductor_mm", inductor_mm_kernel, inductor_mm_configs, ("M", "N", "K"), "gemm",
-          _matmul_inputs, inductor_mm_launch, _gemm_reference,
+    Style("inductor_mm", _ind.inductor_mm_kernel, _ind.inductor_mm_configs, ("M", "N", "K"),
+          "gemm", _matmul_inputs, _ind.inductor_mm_launch, _gemm_reference,
           {"M": 48, "N": 160, "K": 272}, {"M": 4096, "N": 4096, "K": 4096}, torch.float16,
           torch.float16, 2e-3, lambda x: x["a"] @ x["b"]),
-    Style("inductor_softmax", triton_red_fused__softmax_0, _inductor_configs,
-          ("xnumel", "r0_numel"), "softmax", _rows_inputs, _inductor_launch,
+    Style("inductor_softmax", _ind.triton_red_fused__softmax_0, _inductor_configs,
+          ("xnumel", "r0_numel"), "softmax", _rows_inputs, _ind.inductor_softmax_launch,
           _softmax_reference, {"rows": 16, "cols": 300}, {"rows": 32768, "cols": 2048},
           torch.float32, torch.float16, 2e-3, lambda x: torch.softmax(x["x"], dim=-1)),
 )}

@@ -46,3 +46,21 @@ def test_explore_benchmarks_the_whole_list_once(records):
     assert [c["explore"] for c in calls] == [True, False, False]
     assert calls[0]["benchmarked"] == len(records[0]["times"]) and calls[0]["score"] == 1.0
     assert calls[1]["benchmarked"] == 4
+
+
+def test_a_config_that_could_not_launch_is_replaced_as_on_the_gpu(records):
+    import user_kernels
+
+    from experiments.device.hook_user_spaces_h200 import configs_of
+
+    style, configs = user_kernels.STYLES["inductor_softmax"], configs_of("inductor_softmax")
+    record = records[0]
+    first = luk.tune(style, configs, record, k=1, learn=False, model="h200")
+    assert first["benchmarked"] == 1 and first["score"] > 0
+    # the config it picked could not launch on the GPU: the tuner replaces it (next-ranked)
+    picked = [c for c, t in record["times"].items()
+              if min(record["times"].values()) / t == first["score"]]
+    times = {**record["times"], **dict.fromkeys(picked, float("inf"))}
+    again = luk.tune(style, configs, {**record, "times": times}, k=1, learn=False,
+                     model="h200")
+    assert again["benchmarked"] == 1 and 0 < again["score"] <= first["score"]

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Device call on nvidia-h200 (issues 18/19, a GEMM written as Inductor's matmul template,
-# experiments/user_kernels_inductor_mm.py): (1) its whole config list timed at SHAPES and what
+# experiments/user_kernels_inductor.py): (1) its whole config list timed at SHAPES and what
 # each ranking method keeps, (2) whole lists of it and of tutorial 09 at more shapes (the data
 # experiments/learn_user_kernels.py replays the shipped and learned models on), (3) a cold
 # costtune.autotune(top_k=8) vs exhaustive triton.autotune of it in fresh processes.

@@ -1,4 +1,5 @@
-"""A GEMM in the style of the matmul template torch.compile (Inductor) emits under
+"""Kernels in the styles torch.compile (Inductor) generates: a looped ("red") softmax reduction,
+and a GEMM in the style of the matmul template Inductor emits under
 ``max-autotune``: one program per output tile in a grouped order, row and column indices taken
 modulo M and N so that A and B load without masks (the tail tiles re-read valid rows), an
 ``EVEN_K`` constexpr that drops the K masks when BLOCK_K divides K (set here by a
@@ -7,7 +8,8 @@ writes it), ``ACC_TYPE`` and ``ALLOW_TF32`` passed at the launch, and one masked
 flattened index. Its names are the template's (``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``,
 ``GROUP_M``, ``EVEN_K``); the code and the config lists are our own.
 
-Used through ``experiments/user_kernels.py``'s ``STYLES["inductor_mm"]``.
+Used through ``experiments/user_kernels.py``'s ``STYLES["inductor_softmax"]`` and
+``STYLES["inductor_mm"]``.
 """
 
 from __future__ import annotations
@@ -89,3 +91,47 @@ def inductor_mm_launch(tuned: Any, inputs: dict[str, torch.Tensor]) -> torch.Ten
     tuned[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                 ALLOW_TF32=False, ACC_TYPE=tl.float32)
     return c
+
+
+# --- Inductor: a looped ("red") softmax reduction as torch.compile generates it -----------
+
+@triton.jit
+def triton_red_fused__softmax_0(in_ptr0, out_ptr2, xnumel, r0_numel, XBLOCK: tl.constexpr,
+                                R0_BLOCK: tl.constexpr):
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    r0_base = tl.arange(0, R0_BLOCK)[None, :]
+    x0 = xindex
+    _tmp2 = tl.full([XBLOCK, R0_BLOCK], float("-inf"), tl.float32)
+    for r0_offset in range(0, r0_numel, R0_BLOCK):
+        r0_index = r0_offset + r0_base
+        r0_mask = r0_index < r0_numel
+        tmp0 = tl.load(in_ptr0 + (r0_index + r0_numel * x0), r0_mask & xmask,
+                       eviction_policy="evict_last", other=float("-inf")).to(tl.float32)
+        _tmp2 = tl.where(r0_mask & xmask, tl.maximum(_tmp2, tmp0), _tmp2)
+    tmp2 = tl.max(_tmp2, 1)[:, None]
+    _tmp5 = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
+    for r0_offset in range(0, r0_numel, R0_BLOCK):
+        r0_index = r0_offset + r0_base
+        r0_mask = r0_index < r0_numel
+        tmp3 = tl.load(in_ptr0 + (r0_index + r0_numel * x0), r0_mask & xmask,
+                       eviction_policy="evict_last", other=0.0).to(tl.float32)
+        tmp4 = tl.exp(tmp3 - tmp2)
+        _tmp5 = tl.where(r0_mask & xmask, _tmp5 + tmp4, _tmp5)
+    tmp5 = tl.sum(_tmp5, 1)[:, None]
+    for r0_offset in range(0, r0_numel, R0_BLOCK):
+        r0_index = r0_offset + r0_base
+        r0_mask = r0_index < r0_numel
+        tmp6 = tl.load(in_ptr0 + (r0_index + r0_numel * x0), r0_mask & xmask,
+                       eviction_policy="evict_first", other=0.0).to(tl.float32)
+        tmp8 = tl.exp(tmp6 - tmp2) / tmp5
+        tl.store(out_ptr2 + (r0_index + r0_numel * x0),
+                 tmp8.to(out_ptr2.dtype.element_ty), r0_mask & xmask)
+
+
+def inductor_softmax_launch(tuned: Any, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    x, y = inputs["x"], inputs["out"]
+    xnumel, r0_numel = x.shape
+    tuned[lambda meta: (triton.cdiv(xnumel, meta["XBLOCK"]), 1, 1)](x, y, xnumel, r0_numel)
+    return y
