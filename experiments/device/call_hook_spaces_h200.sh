@@ -5,12 +5,13 @@
 # jsonl files in $OUT.
 #   run(command="export COSTTUNE_COMMIT=<hash> BUDGET=420; bash experiments/device/call_hook_spaces_h200.sh",
 #       carry=[".whl"], timeout_s=600)
+# STYLES="a b" limits it to those styles (default: every style).
 set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
 date -u >>"$LOG"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >>"$LOG" 2>&1
 timeout $(( ${BUDGET:-420} + 150 )) python3 experiments/device/hook_user_spaces_h200.py \
-  --out "$OUT" --budget-s "${BUDGET:-420}" >>"$LOG" 2>&1
+  --out "$OUT" --budget-s "${BUDGET:-420}" ${STYLES:+--styles $STYLES} >>"$LOG" 2>&1
 echo "rc=$?" >>"$LOG"
 date -u >>"$LOG"
 tail -30 "$LOG"
