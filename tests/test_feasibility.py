@@ -160,7 +160,9 @@ def test_unfiltered_list_keeps_nothing_that_cannot_launch(record):
 @pytest.mark.slow
 def test_random_shapes_top_pick_always_launches():
     """1,000 random aligned shapes (sizes multiples of 16, log-uniform over the training
-    range): the kept top pick never needs more shared memory than the H200 has."""
+    range): the kept top pick never needs more shared memory than the H200 has, where the
+    model's own best 8 hold configs that do (the shipped GEMM model's own top pick no longer
+    does on these shapes: trained on all five GEMM implementations)."""
     rng = np.random.default_rng(0)
     lo, hi = np.log2([16, 256, 512]), np.log2([8192, 16384, 16384])
     shapes = [tuple(int(16 * max(1, round(2 ** x / 16))) for x in rng.uniform(lo, hi))
@@ -177,7 +179,8 @@ def test_random_shapes_top_pick_always_launches():
         for s, row in zip(shapes, scores):
             kept = pruner(UNFILTERED, gemm_args(*s))
             after += floor_of(kept[0], *s) > LIMIT
-            before += floor_of(UNFILTERED[int(np.argmax(row))], *s) > LIMIT
+            before += sum(floor_of(UNFILTERED[int(i)], *s) > LIMIT
+                          for i in np.argsort(-row, kind="stable")[:8])
     assert after == 0 and before > 0
 
 
