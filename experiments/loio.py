@@ -23,8 +23,9 @@ within 0.002 go to one booster for all families, then to the smaller ``w``). IR 
 research rows (the hook has no IR path). With ``--ship`` the stage-2 boosters are refitted on
 the train suite of every implementation and saved under costtune/models
 (``experiments.model_selection.ship``) with the weights (``costtune/models/stage2_h200.json``);
-stage 1 stays experiments.model_selection's (GEMM, attention: trained on the original kernels)
-and experiments.impl_descriptor's (softmax).
+stage 1 is experiments.impl_descriptor's (every family: trained on all its implementations;
+GEMM with the original kernel's workloads weighing 8, which the replayed ``static/family`` row
+does not weigh).
 Writes experiments/results/loio.{md,csv} and loio_selection.csv.
 
     python -m experiments.loio [--dataset datasets/h200] [--sets static,static+ir,...] [--ship]
@@ -289,8 +290,8 @@ def main() -> None:
         train = data[data["suite"] == "train"].reset_index(drop=True)
         compiled, _ = load_feature_tables(args.dataset, sorted(train["kernel"].unique()))
         md += ["## Shipped: stage 2, refitted on the train suite of every implementation",
-               "", "(Stage 1 ships from experiments/model_selection.py, trained on the "
-               "original kernels, and for softmax from experiments/impl_descriptor.py.)", "",
+               "", "(Stage 1 ships from experiments/impl_descriptor.py, trained on every "
+               "implementation of its family.)", "",
                *ship(choice, train, compiled, args.threads),
                f"- `{harness.relative(write_weights(choice, dataset=args.dataset))}`: the "
                "stage-1 weight per family", ""]
