@@ -137,30 +137,34 @@ def select(df: pd.DataFrame, family: str) -> list[dict[str, Any]]:
         for weight in (ORIGINALS_ONLY, *SELECT_WEIGHTS):
             model = default_model(family=family, features=features,
                                   original_weight=1.0 if weight == ORIGINALS_ONLY else weight)
-            fitted = model.fit  # refitted on each split's rows; scored right after
             base = {"family": family, "features": features, "weight": str(weight)}
+            variant = []
             for k in range(FOLDS):
                 held = original & (in_fold == k)
                 rows = train[~held & (original if weight == ORIGINALS_ONLY else True)]
-                out.append({**base, "part": "cv", "held": f"fold {k}",
-                            **scores(fitted(rows), train[held])})
+                variant.append({**base, "part": "cv", "held": f"fold {k}",
+                                **scores(model.fit(rows), train[held])})
             for impl in sorted(set(train["implementation"]) - {family}):
                 held = train["implementation"] == impl
                 rows = train[original] if weight == ORIGINALS_ONLY else train[~held]
-                out.append({**base, "part": "loio", "held": impl,
-                            **scores(fitted(rows), train[held])})
-            done = pd.DataFrame(out[-(FOLDS + len(set(train["implementation"])) - 1):])
-            crit = done[["top1", "top4", "top8", "worst8"]].mean(axis=1).groupby(
-                done["part"]).mean()
+                variant.append({**base, "part": "loio", "held": impl,
+                                **scores(model.fit(rows), train[held])})
+            out += variant
+            crit = criteria(variant).groupby("part")["criterion"].mean()
             print(f"  select {family} {features} {weight}: "
                   + " ".join(f"{p} {v:.4f}" for p, v in crit.items()), flush=True)
     return out
 
 
+def criteria(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """--select's records with their criterion: the mean of top1, top4, top8 and worst8."""
+    table = pd.DataFrame(records)
+    return table.assign(criterion=table[["top1", "top4", "top8", "worst8"]].mean(axis=1))
+
+
 def selection(records: list[dict[str, Any]]) -> tuple[pd.DataFrame, dict[str, dict]]:
     """--select's table (criterion per part and their mean) and the choice per family."""
-    table = pd.DataFrame(records)
-    table["criterion"] = table[["top1", "top4", "top8", "worst8"]].mean(axis=1)
+    table = criteria(records)
     wide = table.pivot_table(index=["family", "features", "weight"], columns="part",
                              values="criterion", aggfunc="mean").reset_index()
     wide["mean"] = (wide["cv"] + wide["loio"]) / 2

@@ -133,18 +133,12 @@ def model_scores(model, rows: pd.DataFrame, feats: pd.DataFrame) -> np.ndarray:
     return score(model, feats) if model.features == "static" else model.predict(rows)
 
 
-def shipped_features(family: str) -> str:
-    """The feature set of the shipped stage-1 model of ``family`` (e.g. softmax: static+src)."""
-    return shipped_params(family)["features"]
-
-
 def shipped_params(family: str) -> dict:
     """What the base model takes from the shipped stage-1 model of ``family``: its feature set
-    and the weight of the original kernel's workloads (GEMM: 8)."""
+    (e.g. softmax: static+src) and the weight of the original kernel's workloads (GEMM: 8)."""
     from costtune.model.xgb import CostModel
 
-    loaded = CostModel.load_for("h200", family)
-    model = loaded[0] if isinstance(loaded, tuple) else loaded
+    model, _ = CostModel.load_for("h200", family)
     return {"features": model.features, "original_weight": model.original_weight}
 
 
