@@ -15,7 +15,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import Bench, masked_tile_matmul, ours
+from helpers import Bench, launch_tile_matmul, masked_tile_matmul, ours
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import costtune
@@ -248,6 +248,97 @@ def test_a_batch_grid_axis_is_read_as_rows_not_split_k():
     assert split.meta == {"SPLIT_K": 8}  # an argument of another value does not stand in
 
 
+def test_split_counts_and_size_args_are_no_batch_axis():
+    """A split-K count under a common spelling (K_SPLITS) is SPLIT_K, not a batch folded into
+    M; sizes spelled m / n / k are sizes, never the batch a grid axis counts."""
+    tile = triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "K_SPLITS": 4})
+    split = describe(LaunchSpec(), [tile], args={"a": torch.empty(1).half(), "M": 256,
+                                                 "N": 256, "K": 2048},
+                     grid=lambda m: (64, m["K_SPLITS"]))
+    assert split.problem == {"M": 256, "N": 256, "K": 2048} and split.doubts == ()
+    assert split.rename["K_SPLITS"] == "SPLIT_K"
+    tile = triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32})
+    for names in (("M", "N", "K"), ("m", "n", "k")):  # 4 tiles x 64 splits; m is 64 too
+        args = {"a": torch.empty(1).half(), names[0]: 64, names[1]: 64, names[2]: 4096}
+        lower = describe(LaunchSpec(), [tile], args=args, grid=lambda m: (4, 64))
+        assert lower.problem == {"M": 64, "N": 64, "K": 4096}, names
+        assert lower.meta == {"SPLIT_K": 64} and lower.doubts == ()
+
+
+def test_a_grouped_gemm_is_no_gemm_and_metadata_tensors_are_no_operands():
+    """Tutorial 08's grouped GEMM (per-group sizes and pointers in int32 / int64 tensors) is
+    not one M x N x K: by its name it is a kind no model saw (all configs kept); and index,
+    size or pointer tensors never give a family's sizes or dtype."""
+    import warnings
+
+    @triton.jit
+    def grouped_matmul_kernel(group_a_ptrs, group_b_ptrs, group_c_ptrs, group_gemm_sizes,
+                              g_lds, group_size, NUM_SM: tl.constexpr,
+                              BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+                              BLOCK_SIZE_K: tl.constexpr):
+        pass
+
+    configs = [triton.Config({"BLOCK_SIZE_M": m, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32,
+                              "NUM_SM": 84}) for m in (32, 64, 128)]
+    pruner = costtune.prune_configs_by(top_k=1)["early_config_prune"]
+    pruner.kernel = grouped_matmul_kernel
+    sizes = torch.tensor([[256, 256, 128]] * 4, dtype=torch.int32)
+    ptrs = torch.zeros(4, dtype=torch.int64)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        kept = pruner(configs, {"group_a_ptrs": ptrs, "group_b_ptrs": ptrs,
+                                "group_c_ptrs": ptrs, "group_gemm_sizes": sizes,
+                                "g_lds": sizes, "group_size": 4})
+    assert len(kept) == 3 and pruner.last.family is None
+    assert "a grouped GEMM" in dict(pruner.last.notes)["family"]
+    # Declared as a GEMM anyway: its sizes come from the fp16 operands, not the int32 table.
+    a, b = torch.empty(96, 40).half(), torch.empty(40, 72).half()
+    gemm = describe(LaunchSpec(family="gemm"), configs[:1],
+                    args={"sizes": sizes, "a": a, "b": b, "lds": sizes})
+    assert gemm.problem == {"M": 96, "N": 72, "K": 40} and gemm.dtype == "float16"
+
+
+@triton.jit
+def _filtered_matmul(x, y, out, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
+                     BK: tl.constexpr):
+    masked_tile_matmul(x, y, out, M, N, K, BM, BN, BK)
+
+
+def test_your_early_config_prune_runs_first_and_what_it_drops_is_never_run():
+    """A filter that depends on the call (tutorial 06 drops BLOCK_M > N_CTX, which would race)
+    passes to costtune.autotune as Triton's prune_configs_by, or to prune_configs_by: it runs
+    first on each call; the model ranks, keeps and replaces with only what it kept."""
+    configs = [triton.Config({"BM": m, "BN": n, "BK": 32}, num_warps=w)
+               for m in (16, 32, 64) for n in (16, 32) for w in (2, 4)]
+    seen = []
+
+    def keep(configs, named_args, **kwargs):
+        seen.append(named_args["M"])
+        return [c for c in configs if c.kwargs["BM"] <= named_args["M"]]
+
+    bench = Bench()
+    tuner = costtune.autotune(configs, key=["M", "N", "K"], top_k=8, do_bench=bench,
+                              prune_configs_by={"early_config_prune": keep})(_filtered_matmul)
+    best = launch_tile_matmul(tuner, 24, 40, 64)  # BM 64 (and 32) exceed M: dropped
+    last = tuner.early_config_prune.last
+    assert seen == [24] and last.filtered == 8 and "BM: 16" in best
+    assert all(configs[i].kwargs["BM"] == 16 for i in last.ranked) and len(last.ranked) == 4
+    assert bench.calls == 4 and last.k == 4
+    launch_tile_matmul(tuner, 40, 40, 64)  # a new key: the filter runs again
+    assert seen == [24, 40] and tuner.early_config_prune.last.filtered == 4
+    # Through triton.autotune: the dict carries the filter; foreign or no configs are said.
+    pruner = costtune.prune_configs_by(top_k=2, family="gemm", early_config_prune=lambda c, a,
+                                       **kw: [triton.Config({"BM": 128, "BN": 16, "BK": 32})]
+                                       )["early_config_prune"]
+    args = {"x": torch.empty(24, 64).half(), "y": torch.empty(64, 40).half(), "M": 24,
+            "N": 40, "K": 64}
+    with pytest.warns(CosttuneWarning, match="returned 1 config.s. not in the list"):
+        kept = pruner(configs, args)
+    # Nothing of the list kept by the filter: every config is ranked, as without one.
+    assert len(pruner.last.ranked) == 12 and pruner.last.filtered == 0
+    assert "filter" in pruner.last.fallbacks and len(kept) == pruner.last.k
+
+
 def test_a_config_listed_twice_is_kept_once():
     """min(BLOCK, next_power_of_2(cols)) clamps several configs to one: each distinct config
     takes one of the top_k slots and is benchmarked once."""
@@ -266,8 +357,11 @@ def test_a_config_listed_twice_is_kept_once():
 def test_decoration_errors_name_what_is_wrong():
     with pytest.raises(ValueError, match="configs is empty"):
         costtune.autotune([], key=["n"])
-    with pytest.raises(ValueError, match="takes no prune_configs_by"):
-        costtune.autotune([triton.Config({})], key=["n"], prune_configs_by={})
+    with pytest.raises(ValueError, match=r"may hold only your 'early_config_prune'.*perf_model"):
+        costtune.autotune([triton.Config({})], key=["n"],
+                          prune_configs_by={"perf_model": len, "early_config_prune": None})
+    with pytest.raises(ValueError, match="early_config_prune must be callable"):
+        costtune.prune_configs_by(early_config_prune=3)
     # A mapping onto no family's parameter, with or without family=.
     with pytest.raises(ValueError, match=r"params map onto \['TILE_M'\], no parameter"):
         costtune.prune_configs_by(params={"BLOCK_M": "TILE_M"})

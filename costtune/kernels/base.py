@@ -54,7 +54,8 @@ PARAM_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "BLOCK_M": ("BLOCK_M", "BLOCK_SIZE_M", "BM", "TILE_M", "BLOCK_M_SIZE"),
         "BLOCK_N": ("BLOCK_N", "BLOCK_SIZE_N", "BN", "TILE_N", "BLOCK_N_SIZE"),
         "BLOCK_K": ("BLOCK_K", "BLOCK_SIZE_K", "BK", "TILE_K", "BLOCK_K_SIZE"),
-        "SPLIT_K": ("SPLIT_K", "SPLITK", "SPLIT_K_FACTOR"),
+        "SPLIT_K": ("SPLIT_K", "SPLITK", "SPLIT_K_FACTOR", "K_SPLITS", "NUM_SPLITS",
+                    "NUM_SPLIT_K", "NUM_K_SPLITS", "N_SPLITS"),
     },
     "softmax": {
         "BLOCK_N": ("BLOCK_N", "BLOCK_SIZE", "BLOCK_SIZE_N", "R0_BLOCK", "RBLOCK", "BLOCK",
@@ -114,6 +115,9 @@ NAME_PATTERNS: dict[str, str] = {
 # "matmul_rmsnorm" or a "softmax_backward" counts as unseen.
 OTHER_KIND_PATTERNS: dict[str, str] = {
     "a backward pass": r"(?<![a-z])(bwd|backward|grad)(?![a-z])",
+    # Several GEMMs of their own sizes in one launch (tutorial 08, MoE expert kernels): no one
+    # M x N x K describes it.
+    "a grouped GEMM": r"group(ed)?_?(gemm|matmul|mm)|(?<![a-z])moe(?![a-z])",
     "a layer norm": r"layer_?norm|(?<![a-z])ln(?![a-z])",
     "an RMS norm": r"rms_?norm",
     "a batch / group norm": r"(batch|group|instance)_?norm",

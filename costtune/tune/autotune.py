@@ -127,10 +127,14 @@ def _split(options: dict[str, Any], configs: Sequence[Any], *, precompile: Any, 
         raise ValueError("configs is empty: give costtune.autotune the triton.Config list to "
                          "choose from")
     if "prune_configs_by" in options:
-        raise ValueError("costtune.autotune prunes with its cost model and takes no "
-                         "prune_configs_by; filter the config list before passing it (your "
-                         "early_config_prune first), or pass costtune.prune_configs_by(...) "
-                         "to triton.autotune yourself")
+        given = options.pop("prune_configs_by") or {}
+        other = sorted(set(given) - {"early_config_prune"})
+        if other:
+            raise ValueError(f"costtune.autotune ranks with its cost model: prune_configs_by "
+                             f"may hold only your 'early_config_prune' (it runs first), not "
+                             f"{other}; pass top_k= for how many configs to benchmark")
+        if given.get("early_config_prune") is not None:
+            options["early_config_prune"] = given["early_config_prune"]
     unknown = sorted(set(options) - _PRUNE_OPTIONS - triton_names)
     if unknown:
         raise ValueError(f"unknown option(s) {unknown}; costtune.autotune takes "

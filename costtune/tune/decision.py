@@ -49,6 +49,7 @@ class PruneDecision:
     replaced: dict[str, str] = field(default_factory=dict)  # by costtune.autotune: config -> why
     model: str | None = None  # what ranked: the model given, or the kernel's own model file
     duplicates: int = 0  # configs that repeat an earlier one's key: ranked, kept once
+    filtered: int = 0  # configs the user's own early_config_prune removed: never ranked
 
 
 def distinct(order: Any, keys: Any) -> tuple[np.ndarray, int]:
@@ -104,20 +105,22 @@ def config_key(config: Any) -> str:
         return config_text(config)
 
 
-def keep_launchable(configs: Any, notes: list[tuple[str, str]]) -> tuple[PruneDecision, Any]:
+def keep_launchable(configs: Any, notes: list[tuple[str, str]], *,
+                    barred: Any = ()) -> tuple[PruneDecision, Any]:
     """The pruner's fallback: (a PruneDecision keeping every config whose launch options can
-    run, all of them if none can; their positions)."""
+    run, all of them if none can; their positions), never one of ``barred`` (positions the
+    user's own early_config_prune removed)."""
     from costtune.tune.feasibility import config_text, dropped, refuse_options, summary
 
+    allowed = [i for i in range(len(configs)) if i not in set(barred)]
     try:
-        refused = refuse_options(configs)
+        refused = {i: why for i, why in refuse_options(configs).items() if i in allowed}
     except Exception:
         refused = {}
-    alive = np.array([i for i in range(len(configs)) if i not in refused] or
-                     range(len(configs)), dtype=int)
+    alive = np.array([i for i in allowed if i not in refused] or allowed, dtype=int)
     texts = [config_text(c) for c in configs]
     decision = PruneDecision(len(configs), len(alive), [texts[i] for i in alive])
-    if len(alive) < len(configs):
+    if refused:
         decision.dropped = dropped(configs, refused)
         notes.append(("infeasible", summary(configs, refused)))
     return decision, alive

@@ -195,7 +195,16 @@ def _pruner_part(pruner: Any) -> str:
         "stage1_weight": repr(getattr(pruner, "stage1_weight", None)),
         "family": spec.family, "problem": _value(spec.problem),
         "params": sorted(dict(spec.params).items()), "dtype": spec.dtype,
-        "trust_family": bool(spec.trust_family), "files": models, "shipped": _shipped()})
+        "trust_family": bool(spec.trust_family), "files": models, "shipped": _shipped(),
+        "early_config_prune": _callable(getattr(pruner, "user_prune", None))})
+
+
+def _callable(fn: Any) -> str | None:
+    """The user's own filter by its code (a function), else by its type; None without."""
+    if fn is None:
+        return None
+    code = getattr(fn, "__code__", None)
+    return _code(code) if code is not None else f"{type(fn).__module__}.{type(fn).__qualname__}"
 
 
 def _model_files(model: str | os.PathLike) -> list:

@@ -362,9 +362,19 @@ def _batch_args(launch: Launch, args: Mapping[str, Any]) -> dict[str, int]:
     the family (nor mapped onto one): what a grid axis over a batch would count."""
     required, neutral = FAMILY_PARAMS[launch.family]
     named = {*required, *neutral, *PROBLEM_KEYS[launch.family], *launch.rename}
-    named |= {n for n in launch.origin.values() if isinstance(n, str)}
+    named |= {_arg_name(n) for n in launch.origin.values() if isinstance(n, str)}
     return {k: int(v) for k, v in args.items() if isinstance(v, int)
             and not isinstance(v, bool) and k not in named and v > 1}
+
+
+def _arg_name(origin: str) -> str:
+    """The argument a size's origin names ("arg m" -> "m", "arg STAGE=3" -> "STAGE",
+    "problem= 'rows'" -> "rows"); the origin itself otherwise."""
+    if origin.startswith("arg "):
+        return origin[4:].split("=")[0].split(" ")[0]
+    if origin.startswith("problem= "):
+        return origin[9:].strip("'\"")
+    return origin
 
 
 def _persistent(programs: np.ndarray, expected: np.ndarray) -> float | None:

@@ -84,7 +84,8 @@ class ConfigPruner:
                  shortlist: int, stage2_model: Any, widen: int | None,
                  range_margin: float | None, workers: int | None,
                  cache_dir: str | os.PathLike | None, precompile: bool | int | str = True,
-                 stage1_weight: float | None = None) -> None:
+                 stage1_weight: float | None = None,
+                 early_config_prune: Callable[..., Any] | None = None) -> None:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not top_k >= 0:
             raise ValueError(f"top_k must be a count or a fraction >= 0, got {top_k!r}")
         if int(shortlist) < 1:
@@ -99,6 +100,12 @@ class ConfigPruner:
         if range_margin is not None and not range_margin >= 0:
             raise ValueError(f"range_margin must be >= 0 or None, got {range_margin!r}")
         spec.check()
+        if early_config_prune is not None and not callable(early_config_prune):
+            raise ValueError(f"early_config_prune must be callable(configs, named_args, "
+                             f"**kwargs), got {early_config_prune!r}")
+        # The user's own filter (tutorial 06 drops BLOCK_M > N_CTX): run first, as Triton
+        # would, on every call; the model ranks only what it keeps.
+        self.user_prune = early_config_prune
         self.model, self.top_k, self.spec = model, top_k, spec
         self.two_stage, self.shortlist = bool(two_stage), int(shortlist)
         self.stage2_model, self.stage1_weight = stage2_model, stage1_weight
@@ -132,12 +139,14 @@ class ConfigPruner:
                  **kwargs: Any) -> list[Any]:
         start = time.perf_counter()
         notes: list[tuple[str, str]] = []
+        barred = self._user_filtered(configs, named_args, kwargs, notes)
         try:
             wait_for_preload()  # a model still loading in the background: let it finish first
-            decision, order = self._prune(configs, named_args, kwargs, notes)
+            decision, order = self._prune(configs, named_args, kwargs, notes, barred)
         except Exception as exc:  # never stop tuning: benchmark all that can launch instead
             notes.append(("error", f"pruning failed ({type(exc).__name__}: {exc})"))
-            decision, order = keep_launchable(configs, notes)
+            decision, order = keep_launchable(configs, notes, barred=barred)
+        decision.filtered = len(barred)
         order, decision.duplicates = distinct(order, self.config_keys(configs))
         if decision.duplicates:  # a repeated config takes one slot, not several
             decision.k = min(decision.k, len(order))
@@ -165,6 +174,30 @@ class ConfigPruner:
             decision.precompile_ms = (time.perf_counter() - start) * 1e3
         self.last = decision
         return kept
+
+    def _user_filtered(self, configs: Sequence[Any], named_args: Mapping[str, Any],
+                       kwargs: dict[str, Any], notes: list[tuple[str, str]]) -> set[int]:
+        """Positions of ``configs`` the user's ``early_config_prune`` did not keep (matched
+        by identity or config key; its own errors propagate, as under Triton). Configs it
+        returns that the list lacks cannot be ranked or replaced: said in a note; keeping
+        none of the list: ignored, with a note."""
+        if self.user_prune is None:
+            return set()
+        chosen = list(self.user_prune(configs, named_args, **kwargs))
+        keys = self.config_keys(configs)
+        ids = {id(c) for c in chosen}
+        wanted = {config_key(c) for c in chosen}
+        allowed = {i for i, c in enumerate(configs) if id(c) in ids or keys[i] in wanted}
+        foreign = sorted(wanted - set(keys))
+        if foreign:
+            notes.append(("filter", f"your early_config_prune returned {len(foreign)} "
+                          f"config(s) not in the list ({'; '.join(foreign[:2])}); only "
+                          "configs of the list are benchmarked"))
+        if not allowed:
+            notes.append(("filter", "your early_config_prune kept no config of the list; "
+                          "ranking them all"))
+            return set()
+        return set(range(len(configs))) - allowed
 
     def config_keys(self, configs: Sequence[Any]) -> np.ndarray:
         """Canonical keys of ``configs`` (the tie-break order)."""
@@ -197,18 +230,23 @@ class ConfigPruner:
         return self._params[key]
 
     def _prune(self, configs: Sequence[Any], named_args: Mapping[str, Any],
-               kwargs: dict[str, Any], notes: list[tuple[str, str]]
+               kwargs: dict[str, Any], notes: list[tuple[str, str]], barred: set[int]
                ) -> tuple[PruneDecision, np.ndarray]:
         from costtune.tune.ranking import concerns, covers, load_noted, uses_compiled
 
         n = len(configs)
         keys = self.config_keys(configs)
-        refused = dict(self._refused)
-        alive = np.array([i for i in range(n) if i not in refused], dtype=int)
+        allowed = np.array([i for i in range(n) if i not in barred], dtype=int)
+
+        def keep_allowed() -> tuple[PruneDecision, np.ndarray]:
+            return PruneDecision(n, len(allowed), [keys[i] for i in allowed]), allowed
+
+        refused = {i: why for i, why in self._refused.items() if i not in barred}
+        alive = np.array([i for i in allowed if i not in refused], dtype=int)
         if not len(alive):
             notes.append(("infeasible", "no config's launch options can run ("
                           f"{feasibility.summary(configs, refused)}); keeping them all"))
-            return PruneDecision(n, n, list(keys)), np.arange(n)
+            return keep_allowed()
 
         def keep_alive() -> tuple[PruneDecision, np.ndarray]:
             decision = PruneDecision(n, len(alive), [keys[i] for i in alive])
@@ -228,7 +266,7 @@ class ConfigPruner:
         except NotApplicable as exc:
             notes.append((exc.category, str(exc)))
             return keep_alive()
-        more = dict(invalid)
+        more = {i: why for i, why in invalid.items() if i in set(alive.tolist())}
         ok = np.array([i for i in alive if i not in invalid], dtype=int)
         if len(ok):
             over = feasibility.over_shared_limit(
@@ -239,10 +277,10 @@ class ConfigPruner:
             more.update({int(ok[j]): why for j, why in over.items()})
         if more:
             refused.update(more)
-            if len(refused) == n:
+            if len(refused) == len(allowed):
                 notes.append(("infeasible", "every config looks unable to launch ("
                               f"{feasibility.summary(configs, refused)}); keeping them all"))
-                return PruneDecision(n, n, list(keys)), np.arange(n)
+                return keep_allowed()
             alive = np.array([i for i in alive if i not in refused], dtype=int)
             notes.append(("infeasible", feasibility.summary(configs, refused)))
         try:
@@ -345,7 +383,8 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
                      range_margin: float | None = 1.0, workers: int | None = None,
                      cache_dir: str | os.PathLike | None = None,
                      preload: bool = True, trust_family: bool = False,
-                     precompile: bool | int | str = True) -> dict[str, Any]:
+                     precompile: bool | int | str = True,
+                     early_config_prune: Callable[..., Any] | None = None) -> dict[str, Any]:
     """``prune_configs_by=`` for ``@triton.autotune``: Triton benchmarks the ``top_k`` configs
     the cost model ranks fastest (a float <= 1 is a fraction of the list; never fewer than 1).
 
@@ -370,6 +409,9 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
     before Triton benchmarks them (GPU only; a ``pre_hook`` runs first, on copied
     descriptors): True (forked processes on Linux, else threads, one per core),
     "processes", "threads", an int (that many threads) or False (one by one as Triton does).
+    ``early_config_prune``: your own filter, ``fn(configs, named_args, **kwargs) -> configs``
+    as Triton's ``prune_configs_by`` takes it (tutorial 06 drops BLOCK_M > N_CTX); it runs
+    first on every call and the model ranks only the configs it keeps.
 
     >>> import triton, costtune
     >>> @triton.autotune(configs=[triton.Config({"BLOCK_M": 64, "BLOCK_N": 64,
@@ -386,7 +428,7 @@ def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str
                           shortlist=shortlist, stage2_model=stage2_model,
                           stage1_weight=stage1_weight, widen=widen,
                           range_margin=range_margin, workers=workers, cache_dir=cache_dir,
-                          precompile=precompile)
+                          precompile=precompile, early_config_prune=early_config_prune)
     if preload:
         start_preload(model, family, two_stage=two_stage, stage2_model=stage2_model)
     return {"early_config_prune": pruner}

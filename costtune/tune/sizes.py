@@ -37,8 +37,15 @@ def is_descriptor(value: Any) -> bool:
             and hasattr(value, "shape") and hasattr(value.base, "dtype"))
 
 
+# Tensors of these dtypes hold indices, sizes, offsets or pointers (a grouped GEMM's per-group
+# sizes, a varlen attention's cu_seqlens), never a family's operands: their shapes and dtype
+# say nothing about the problem.
+METADATA_DTYPES = frozenset({"int32", "int64", "uint32", "uint64", "bool"})
+
+
 def operands(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, str]]:
-    """(name, shape, dtype, "tensor" | "descriptor") of every tensor-like argument, in order."""
+    """(name, shape, dtype, "tensor" | "descriptor") of every tensor-like argument that can be
+    an operand (not metadata: ``METADATA_DTYPES``), in order."""
     out = []
     for name, value in args.items():
         if is_descriptor(value):
@@ -46,7 +53,7 @@ def operands(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, s
                         "descriptor"))
         elif hasattr(value, "shape") and hasattr(value, "dtype"):
             out.append((name, tuple(int(s) for s in value.shape), _dtype(value), "tensor"))
-    return out
+    return [o for o in out if o[2] not in METADATA_DTYPES]
 
 
 def _dtype(tensor: Any) -> str:
