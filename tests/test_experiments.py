@@ -137,6 +137,44 @@ def test_loio_replays_the_hooks_two_stages():
         "two-stage: static/family -> static+compiled/all, w=0.5")
 
 
+def test_loio_as_kept_measures_untrained_configs_ranked_above_the_trusted_ones():
+    """What the hook measures for a held-out kernel: a config whose tile the other
+    implementations never had is kept on top of the k trusted ones (at most 4k), and the
+    score is that of everything kept; a held-out run without such configs keeps k."""
+    import numpy as np
+
+    loio = _experiment("loio")
+
+    def row(impl, suite, bm, t, wl="w"):
+        return {"kernel": "gemm", "implementation": impl, "suite": suite, "workload": wl,
+                "status": "ok", "time_ms": t, "dtype": "float16", "M": 1024, "N": 1024,
+                "K": 1024, "BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1,
+                "num_warps": 4, "num_stages": 3,
+                "config": f"BLOCK_M={bm},BLOCK_N=64,BLOCK_K=32,SPLIT_K=1,num_warps=4,"
+                          "num_stages=3"}
+
+    # Held out: gemm_tutorial; its test run ranks a 256-row tile first.
+    test = pd.DataFrame([row("gemm_tutorial", "test", 256, 2.0),
+                         row("gemm_tutorial", "test", 64, 1.5),
+                         row("gemm_tutorial", "test", 32, 1.0)])
+    s1 = np.array([3.0, 2.0, 1.0])
+    scores = {"static/family": s1, "static+compiled/all": s1}
+    choice = pd.DataFrame([{"kernel": "gemm", "row": "static+compiled/all", "weight": 0.0}])
+
+    def kept(tiles):
+        others = pd.DataFrame([row("gemm", "train", bm, 1.0) for bm in tiles]
+                              + [row("gemm_tutorial", "train", 256, 1.0)])
+        return loio.as_kept(test, scores, {"gemm": "static/family"}, choice, others).iloc[0]
+
+    # The other implementation never had 256: k=1 measures it and the best trusted one (64).
+    got = kept((32, 64))
+    assert got["tuned_configs1"] == 2 and got["tuned_top1"] == pytest.approx(1.0 / 1.5)
+    assert got["tuned_configs4"] == 3 and got["tuned_top4"] == 1.0
+    # Trained on 256 too (the held-out kernel's own train rows never count): k configs.
+    got = kept((32, 64, 256))
+    assert got["tuned_configs1"] == 1 and got["tuned_top1"] == pytest.approx(0.5)
+
+
 def test_hook_user_spaces_report_rebuilds_the_committed_csv(tmp_path):
     """The H200 records of the user kernels' whole lists give back the committed per-shape
     scores; a kept config that cannot launch scores 0, and the report names what the plain
