@@ -339,6 +339,47 @@ def test_your_early_config_prune_runs_first_and_what_it_drops_is_never_run():
     assert "filter" in pruner.last.fallbacks and len(kept) == pruner.last.k
 
 
+@triton.jit
+def triton_tem_fused_addmm_relu_threshold_backward_0(in_ptr0, arg_A, arg_B, out_ptr0,
+                                                     BLOCK_M: tl.constexpr,
+                                                     BLOCK_N: tl.constexpr,
+                                                     BLOCK_K: tl.constexpr):
+    pass  # how Inductor names a training Linear + ReLU (it saves the ReLU mask)
+
+
+@triton.jit
+def triton_tem_fused_bmm_0(arg_A, arg_B, out_ptr0, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pass
+
+
+def test_inductor_templates_read_from_their_operands():
+    """What torch.compile passes its GEMM templates: a Linear's raw (B, S, K) activation as
+    arg_A (M = B*S), the (N, K) weight as arg_B, an fp32 bias first; a bmm's 3-D operands
+    (the batch folds into M, with a doubt); a fused "threshold_backward" epilogue is no
+    backward kernel. A grid axis read as SPLIT_K in a kernel whose source splits no K is a
+    doubt (a batch mapped by hand), not a silent split."""
+    tile = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32})]
+    x, w = torch.empty(2, 64, 256).half(), torch.empty(192, 256).half()
+    args = {"in_ptr0": torch.empty(192), "arg_A": x, "arg_B": w,
+            "out_ptr0": torch.empty(2, 64, 192)}
+    kernel = triton_tem_fused_addmm_relu_threshold_backward_0
+    linear = describe(LaunchSpec(), tile, args=args, kernel=kernel)
+    assert linear.family == "gemm" and linear.problem == {"M": 128, "N": 192, "K": 256}
+    assert linear.dtype == "float16" and linear.doubts == ()
+    a, b = torch.empty(4, 64, 288).half(), torch.empty(4, 288, 192).half()
+    bmm = describe(LaunchSpec(), tile, args={"arg_A": a, "arg_B": b,
+                                             "out_ptr0": torch.empty(4, 64, 192).half()},
+                   kernel=triton_tem_fused_bmm_0, grid=(2 * 6, 1, 4))
+    assert bmm.problem == {"M": 256, "N": 192, "K": 288}
+    assert [c for c, _ in bmm.doubts] == ["grid"] and "batched operands" in bmm.doubts[0][1]
+    mapped = describe(LaunchSpec(problem={"M": ("arg_A", 1), "N": ("arg_B", 2),
+                                          "K": ("arg_A", 2)}), tile,
+                      args={"arg_A": a, "arg_B": b}, kernel=triton_tem_fused_bmm_0,
+                      grid=(2 * 6, 1, 4))
+    assert mapped.meta == {"SPLIT_K": 4} and "splits no K" in mapped.doubts[0][1]
+
+
 def test_a_config_listed_twice_is_kept_once():
     """min(BLOCK, next_power_of_2(cols)) clamps several configs to one: each distinct config
     takes one of the top_k slots and is benchmarked once."""

@@ -92,10 +92,13 @@ CODED_FLAGS: dict[str, dict[str, tuple[str, dict[int, int]]]] = {
 }
 # The input operand whose dtype is the launch's (outputs or fp32 statistics may differ).
 INPUT_NAMES: dict[str, tuple[str, ...]] = {
-    "gemm": ("a", "a_ptr", "A", "a_desc", "desc_a", "x", "x_ptr"),
+    "gemm": ("a", "a_ptr", "A", "a_desc", "desc_a", "arg_A", "x", "x_ptr"),
     "softmax": ("x", "x_ptr", "input_ptr", "in_ptr0", "X", "inp", "input"),
     "attention": ("q", "Q", "q_ptr", "desc_q", "q_desc"),
 }
+# A GEMM's second operand (K x N, or N x K for x @ w.t()), by the names kernels give it.
+GEMM_B_NAMES: tuple[str, ...] = ("b", "b_ptr", "B", "b_desc", "desc_b", "arg_B", "y", "y_ptr",
+                                 "w", "w_ptr", "W", "weight", "weight_ptr")
 # Triton launch options besides num_warps / num_stages, with their neutral values.
 LAUNCH_OPTION_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None}
 # Config knobs that kernels tune and no family model has learned (its data holds none):

@@ -67,6 +67,10 @@ def read_kind(kernel: Any) -> KernelKind | None:
 def _read_kind(fn: Any) -> KernelKind | None:
     name = fn.__name__
     lowered = name.lower()
+    template = _INDUCTOR_TEMPLATE.match(lowered)
+    if template:  # the template's op says what it computes; the rest are fused epilogues
+        return KernelKind(name, "gemm", _FAMILY_WORDS["gemm"],
+                          f"its name {name!r} (Inductor's {template.group(1)} template)")
     for what, pattern in OTHER_KIND_PATTERNS.items():
         if re.search(pattern, lowered):
             return KernelKind(name, None, what, f"its name {name!r}")
@@ -83,6 +87,10 @@ def _read_kind(fn: Any) -> KernelKind | None:
 
 
 _FAMILY_WORDS = {"gemm": "a GEMM", "softmax": "a softmax", "attention": "an attention kernel"}
+# Inductor's GEMM templates: triton_tem_fused_<op>_<epilogue ops>_<n>, e.g.
+# triton_tem_fused_addmm_relu_threshold_backward_0 (a forward Linear + ReLU that also saves
+# the ReLU mask for the backward pass: no backward kernel).
+_INDUCTOR_TEMPLATE = re.compile(r"triton_tem_fused_(addmm|mm|bmm|baddbmm)(?![a-z])")
 
 
 def source_constants(kernel: Any) -> dict[str, int]:
@@ -107,6 +115,16 @@ def _kind_of_ops(ops: set[str]) -> tuple[str | None, str]:
     if ops & {"sum", "max"}:
         return None, "a reduction"
     return None, "an elementwise kernel"
+
+
+def splits_k(kernel: Any) -> bool | None:
+    """Whether the kernel's source (and its JIT helpers) could split K over programs: an
+    atomic add, or "split" in a name; None when the source cannot be read."""
+    fn = python_function(kernel)
+    source = "" if fn is None else _source(fn, depth=1)
+    if not source:
+        return None
+    return bool(re.search(r"atomic_add|split", source, flags=re.IGNORECASE))
 
 
 def _source(fn: Any, *, depth: int) -> str:

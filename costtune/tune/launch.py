@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 
 from costtune.kernels.base import FAMILIES, LAUNCH_OPTION_DEFAULTS, PROBLEM_KEYS
-from costtune.tune.kind import KernelKind, read_kind, source_constants
+from costtune.tune.kind import KernelKind, read_kind, source_constants, splits_k
 from costtune.tune.names import FAMILY_PARAMS, map_params, mapping_hint
 from costtune.tune.sizes import (
+    BATCHED,
     NotApplicable,
     ProblemSpec,
     find_problem,
@@ -155,9 +156,15 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
             raise NotApplicable("problem", "no tensor argument to take the dtype from; pass "
                                 "dtype=")
         origin["family"] = _family_origin(spec, kind, family)
+        doubts = _kind_doubts(spec, kind, family)
+        if BATCHED in str(origin.get("M", "")):
+            doubts = (*doubts, ("grid", f"batched operands ({origin['M']}) are read as one "
+                                f"{family} of M = {problem['M']} rows; the model never saw "
+                                "batched operands"))
         launch = Launch(family, problem, dtype, pm.rename, pm.meta, {**origin, **pm.origin},
-                        pm.knobs, pm.unknown, kind, _kind_doubts(spec, kind, family))
-        return launch if grid is None else _with_grid(launch, configs, args=args, grid=grid)
+                        pm.knobs, pm.unknown, kind, doubts)
+        return launch if grid is None else _with_grid(launch, configs, args=args, grid=grid,
+                                                      kernel=kernel)
     if failures and (declared or len(families) == 1):
         raise NotApplicable(*failures[0])
     raise NotApplicable("family", f"cannot tell the kernel family from config parameters "
@@ -256,7 +263,7 @@ def grid_programs(grid: Any, args: Mapping[str, Any], *, configs: Sequence[Any])
 
 
 def _with_grid(launch: Launch, configs: Sequence[Any], *, args: Mapping[str, Any],
-               grid: Any) -> Launch:
+               grid: Any, kernel: Any = None) -> Launch:
     """Check the grid's program count against the family's, on up to 32 configs spread over
     the list. Agreeing: as is. A neutral parameter the configs lack (ROWS_PER_PROG, SPLIT_K)
     that one value reconciles: fixed to it. A persistent launch (``min(C, tiles)`` programs,
@@ -274,6 +281,14 @@ def _with_grid(launch: Launch, configs: Sequence[Any], *, args: Mapping[str, Any
         return batched
     fixed = _fixed_by_grid(launch, sample, programs, known, args=args)
     if fixed is not None:
+        split = fixed.meta.get("SPLIT_K")
+        if split is not None and "SPLIT_K" not in launch.meta and splits_k(kernel) is False:
+            # A GEMM with no atomic add and no split in its source: the extra grid axis is
+            # more likely a batch (a bmm whose operands' shapes were mapped by hand).
+            doubt = ("grid", f"the launch grid's {split} programs per tile are read as "
+                     f"SPLIT_K={split}, but the kernel's source splits no K (no atomic_add, "
+                     "no 'split'): if that axis is a batch, fold it into M with problem=")
+            fixed = replace(fixed, doubts=(*fixed.doubts, doubt))
         return fixed
     persistent = _persistent(programs[known], expected[known])
     if persistent is not None:

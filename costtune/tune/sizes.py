@@ -18,7 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from costtune.kernels.base import CODED_FLAGS, INPUT_NAMES, PROBLEM_KEYS, SIZE_NAMES
+from costtune.kernels.base import (
+    CODED_FLAGS,
+    GEMM_B_NAMES,
+    INPUT_NAMES,
+    PROBLEM_KEYS,
+    SIZE_NAMES,
+)
 
 ProblemSpec = Mapping[str, Any] | Callable[[dict[str, Any]], Mapping[str, Any]] | None
 
@@ -125,7 +131,7 @@ def _from_shapes(family: str, args: Mapping[str, Any], *,
     """Sizes read off tensor / descriptor shapes, each with its origin."""
     ops = operands(args)
     if family == "gemm":
-        return _gemm_shapes([o for o in ops if len(o[1]) == 2])
+        return _gemm_shapes([o for o in ops if len(o[1]) >= 2])
     if family == "softmax":
         named = [o for o in ops if o[0] in INPUT_NAMES["softmax"]]
         x = next(iter(named or ops), None)
@@ -148,20 +154,39 @@ def _from_shapes(family: str, args: Mapping[str, Any], *,
     return out
 
 
+# Said in the origin of M when a batch of GEMMs is read as one (B*M) x N x K GEMM; the launch
+# gets a doubt for it (``launch.describe``).
+BATCHED = "batched operands"
+
+
 def _gemm_shapes(mats: list[tuple[str, tuple[int, ...], str, str]]
                  ) -> dict[str, tuple[int, str]]:
-    """M, N, K from the first 2-D operands: a (M, K) and b (K, N) or, as tutorial 09's TMA
-    kernels take it, b (N, K); a third operand c (M, N) settles which."""
-    if len(mats) < 2:
+    """M, N, K from the operands named as a GEMM's A and B (``INPUT_NAMES``,
+    ``GEMM_B_NAMES``: Inductor's arg_A / arg_B too), else the first two: a (..., M, K), its
+    leading dims folded into M (nn.Linear's (B, S, K) activation), and b (K, N) or, as
+    tutorial 09's TMA kernels and x @ w.t() take it, b (N, K); a b with leading dims of the
+    same count is a batched GEMM (bmm), read as (B*M) x N x K with ``BATCHED`` in M's origin.
+    Another operand c of M*N elements settles which."""
+    a = next((o for o in mats if o[0] in INPUT_NAMES["gemm"]), None)
+    b = next((o for o in mats if o[0] in GEMM_B_NAMES and o is not a), None)
+    if a is None or b is None:
+        if len(mats) < 2:
+            return {}
+        a, b = mats[0], mats[1]
+    rest = [o[1] for o in mats if o is not a and o is not b]
+    (an, ashape), (bn, bshape) = a[:2], b[:2]
+    (m, k), lead = ashape[-2:], math.prod(ashape[:-2])
+    if len(bshape) > 2 and math.prod(bshape[:-2]) != lead:
         return {}
-    (an, (m, k), _, _), (bn, b, _, _) = mats[0], mats[1]
-    c = mats[2][1] if len(mats) > 2 else None
-    if b[0] == k and (c is None or c == (m, b[1])):
-        return {"M": (m, f"{an}.shape[0]"), "N": (b[1], f"{bn}.shape[1]"),
-                "K": (k, f"{an}.shape[1]")}
-    if b[1] == k and (c is None or c == (m, b[0])):
-        return {"M": (m, f"{an}.shape[0]"), "N": (b[0], f"{bn}.shape[0] (b is N x K)"),
-                "K": (k, f"{an}.shape[1]")}
+    rows = m * lead
+    how = f"{an}.shape[0]" if len(ashape) == 2 else f"prod({an}.shape[:-1])"
+    if len(bshape) > 2:
+        how += f" ({BATCHED}: {lead} GEMMs)"
+    c = math.prod(rest[0]) if rest else None
+    for kb, n, note in ((bshape[-2], bshape[-1], f"{bn}.shape[-1]"),
+                        (bshape[-1], bshape[-2], f"{bn}.shape[-2] (b is N x K)")):
+        if kb == k and c in (None, rows * n):
+            return {"M": (rows, how), "N": (n, note), "K": (k, f"{an}.shape[-1]")}
     return {}
 
 
