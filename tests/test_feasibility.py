@@ -359,3 +359,21 @@ def test_untrained_rule_holds_after_stage_two(monkeypatch):
     assert pruner.last.stage2 and any(flags)
     assert sum(not f for f in flags) == 8 and not flags[-1]
     assert pruner.last.k == len(kept) <= 64
+
+
+def test_warp_specialize_at_the_launch_counts_as_in_every_config():
+    """Tutorials 06 and 09 pass warp_specialize at the launch: every config's shared-memory
+    floor is then the warp-specialized one, as when the flag is in the configs."""
+    import numpy as np
+    import triton
+
+    from costtune.tune.feasibility import launch_traits, with_launch_traits
+
+    configs = [triton.Config({"BLOCK_M": 64}), triton.Config({"BLOCK_M": 64,
+                                                              "WARP_SPECIALIZE": True})]
+    traits = launch_traits(configs)
+    assert traits["warp_specialize"].tolist() == [0.0, 1.0]
+    assert with_launch_traits(traits, {"warp_specialize": True})["warp_specialize"].tolist() \
+        == [1.0, 1.0]
+    for args in ({"warp_specialize": False}, {"ws": True}, {"warp_specialize": np.ones(2)}):
+        assert with_launch_traits(traits, args)["warp_specialize"].tolist() == [0.0, 1.0]

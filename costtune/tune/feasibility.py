@@ -202,6 +202,17 @@ def launch_traits(configs: Sequence[Any]) -> dict[str, np.ndarray]:
     return {"warp_specialize": np.array(ws, dtype=float), "num_ctas": np.array(ctas, float)}
 
 
+def with_launch_traits(traits: Mapping[str, np.ndarray], args: Mapping[str, Any]
+                       ) -> dict[str, np.ndarray]:
+    """``launch_traits`` with what the call's own arguments set for every config: tutorials
+    06 and 09 pass ``warp_specialize`` at the launch, not in the configs."""
+    out = dict(traits)
+    if any(k.lower() == "warp_specialize" and isinstance(v, (bool, int)) and bool(v)
+           for k, v in args.items()) and "warp_specialize" in out:
+        out["warp_specialize"] = np.ones_like(out["warp_specialize"])
+    return out
+
+
 def over_shared_limit(family: str, problem: Mapping[str, int], dtype: str,
                       columns: Mapping[str, np.ndarray], *, aligned: Mapping[str, bool],
                       target: Target, traits: Mapping[str, np.ndarray] | None = None

@@ -273,7 +273,8 @@ class ConfigPruner:
                 launch.family, launch.problem, launch.dtype,
                 {c: v[ok] for c, v in columns.items()},
                 aligned=feasibility.operand_alignment(launch.family, args), target=current(),
-                traits={t: v[ok] for t, v in self._traits.items()})
+                traits={t: v[ok] for t, v in feasibility.with_launch_traits(
+                    self._traits, args).items()})
             more.update({int(ok[j]): why for j, why in over.items()})
         if more:
             refused.update(more)
