@@ -56,6 +56,10 @@ SHAPES = {
     # Inductor's matmul template (EVEN_K by a heuristic); the last shape has an uneven K.
     "inductor_mm": [{"M": 4096, "N": 4096, "K": 4096}, {"M": 2048, "N": 11008, "K": 4096},
                     {"M": 1024, "N": 5120, "K": 5120}, {"M": 3000, "N": 2999, "K": 777}],
+    # Inductor's addmm + ReLU template over a Linear's (2, M/2, K) activation, sizes as
+    # dynamic-shape symbols: M read from the activation's leading dims.
+    "inductor_linear": [{"M": 4096, "N": 4096, "K": 4096}, {"M": 2048, "N": 11008, "K": 4096},
+                        {"M": 1024, "N": 5120, "K": 5120}, {"M": 3000, "N": 2999, "K": 777}],
 }
 # More shapes per style, whole lists timed only (--learn-shapes): with SHAPES, the sequence of
 # tuning calls experiments/learn_user_kernels.py replays learn=True over.
