@@ -6,7 +6,8 @@ how long the process waits at the end for the model update still running (``exit
 One JSON line per call in ``$OUT/learn_latency.jsonl``.
 
     python3 experiments/device/check_learn_latency_h200.py --out $OUT --mode off
-    COSTTUNE_HOME=$OUT/home python3 experiments/device/check_learn_latency_h200.py --out $OUT --mode on
+    COSTTUNE_HOME=$OUT/home python3 experiments/device/check_learn_latency_h200.py \
+        --out $OUT --mode on
 """
 
 from __future__ import annotations
