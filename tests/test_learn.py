@@ -119,32 +119,38 @@ def test_a_new_process_ranks_with_the_kernels_learned_model(home):
     assert CostModel.load(lines["UPDATED"]).n_train_rows_ > CostModel.load(path).n_train_rows_
 
 
-def test_learning_runs_beside_the_program_and_the_next_tuning_waits(home, monkeypatch):
-    """The update runs in a thread: the tuning call returns before the model is written, the
-    kernel's next tuning (by any tuner of it) waits for it and ranks with it, and a process
-    that exits right after tuning still writes what it learned."""
+def test_learning_runs_beside_the_program_and_no_tuning_waits(home, monkeypatch):
+    """The update runs in a thread and nothing waits for it but the process's exit: a tuning
+    made while it runs ranks with the model learned before (here the shipped one), the rows of
+    tunings made meanwhile are learned together in one more update, later tunings rank with
+    the newest model, and a process that exits right after tuning still writes it."""
     import threading
 
     from costtune.model import learned
 
-    gate, real = threading.Event(), learned.update
+    gate, real, calls = threading.Event(), learned.update, []
 
-    def held(*args, **kwargs):
+    def held(folder, rows, **kwargs):
         gate.wait(60)
-        return real(*args, **kwargs)
+        calls.append(len(rows))
+        return real(folder, rows, **kwargs)
 
     monkeypatch.setattr(learned, "update", held)
     t = run(tuner(StepBench(), learn=True))  # returned while its update waits on the gate
     folder = t.learner.folder()
     assert t.learner._pending.is_alive() and current_model(folder) is None
-    gate.set()
-    # another costtune.autotune of the same kernel, a new shape: it waits for that update
+    # Two more tunings of the kernel, new shapes, by another tuner and by the first: neither
+    # waits (the update is still held), both rank with the shipped model.
     other = run(tuner(StepBench(), learn=True), 64, 64, 64)
-    (first,) = t.learner.updated
-    assert other.early_config_prune.last.model == str(first)
-    run(t, 128, 64, 64)  # the first tuner again: ranks with what the other one learned
-    assert t.early_config_prune.last.model == str(other.learner.updated[0])
-    assert current_model(folder)[0] == t.learner.updated[1]
+    run(t, 128, 64, 64)
+    assert other.early_config_prune.last.model == "h200" == t.early_config_prune.last.model
+    assert t.learner._pending.is_alive() and current_model(folder) is None
+    gate.set()
+    (first, both) = t.learner.updated  # its first tuning's, then one for the two queued
+    assert other.learner.updated == [both] and len(calls) == 2 and calls[1] == 2 * calls[0]
+    assert current_model(folder)[0] == both
+    run(t, 128, 128, 64)  # ranks with the newest learned model
+    assert t.early_config_prune.last.model == str(both)
 
     monkeypatch.setattr(learned, "update", real)
     env = {**os.environ, "COSTTUNE_HOME": str(home / "exits"), "TRITON_INTERPRET": "1",

@@ -30,9 +30,10 @@ from costtune.tune.harvest import source_hash
 __all__ = ["STAGE2", "Learner", "source_hash"]
 
 STAGE2 = "stage2"  # the kernel folder's sub-folder for its stage-2 (compiled) model
-# The update in flight per kernel (name, source hash), shared by every Learner of the kernel in
-# this process: a second ``costtune.autotune`` of the same kernel waits for it too.
+# Per kernel (name, source hash), shared by every Learner of the kernel in this process: the
+# thread updating its models and the tunings' rows it has yet to learn from.
 _PENDING: dict[tuple[str, str], threading.Thread] = {}
+_QUEUED: dict[tuple[str, str], list] = {}
 _PENDING_LOCK = threading.Lock()
 
 
@@ -40,10 +41,13 @@ class Learner:
     """Updates and locates one kernel's per-kernel model; built by ``costtune.autotune``.
 
     ``record`` reads what a tuning measured at once and updates the models in a background
-    thread, so the tuning call returns as soon as its kernel has run (a refit of a shipped
-    GEMM model takes seconds); the kernel's next tuning (``wait``, called by the tuner before
-    it prunes) and the process's exit wait for it. ``updated``: model files written by this
-    process; ``skipped``: why a tuning taught nothing (both wait for a pending update)."""
+    thread, so the tuning call returns as soon as its kernel has run: a refit of the shipped
+    GEMM model takes 8-13 s on an H200 host's core (experiments/NOTES.md, nineteenth
+    session). Nothing waits for it but the process's exit (and ``wait``, ``updated``,
+    ``skipped``): a tuning made meanwhile ranks with the model learned before, and the rows of
+    tunings made meanwhile are learned together in one more update, so a program tuning
+    several shapes in a row pays for at most two updates, at its exit. ``updated``: model
+    files written for this Learner's tunings; ``skipped``: why a tuning taught nothing."""
 
     def __init__(self, fn: Any, *, model: Any) -> None:
         base = getattr(fn, "fn", fn)
@@ -74,13 +78,9 @@ class Learner:
         return _PENDING.get((self.name, self.hash))
 
     def wait(self) -> None:
-        """Return once the kernel's update in flight (of any Learner of it) is written."""
-        pending = self._pending
-        if pending is not None:
+        """Return once every update of the kernel (of any Learner of it) is written."""
+        while (pending := self._pending) is not None:
             pending.join()
-            with _PENDING_LOCK:
-                if _PENDING.get((self.name, self.hash)) is pending:
-                    del _PENDING[(self.name, self.hash)]
 
     def folder(self) -> Path:
         from costtune.model.files import kernel_dir
@@ -135,7 +135,6 @@ class Learner:
         now, the models updated in the background (``wait``); never raises."""
         from costtune.tune.harvest import tuning_rows
 
-        self.wait()
         try:
             if not self.learns:
                 self._skipped.append("the model was given as an object, not a name or path")
@@ -157,22 +156,16 @@ class Learner:
         except Exception as exc:  # learning only helps later calls; never break this one
             self._failed(exc)
             return
-        # Not a daemon: a process that ends right after tuning still writes what it learned.
-        thread = threading.Thread(target=self._update, args=(jobs, family),
-                                  name=f"{LEARN_THREAD}{self.name}")
+        key = (self.name, self.hash)
         with _PENDING_LOCK:
-            _PENDING[(self.name, self.hash)] = thread
-        thread.start()
-
-    def _update(self, jobs: list[tuple[Path, Any, str]], family: str) -> None:
-        from costtune.model.learned import update
-
-        for folder, rows, base in jobs:
-            try:
-                self._updated.append(update(folder, rows, base=base, family=family))
-            except Exception as exc:  # noqa: BLE001 - said in skipped and warned
-                self._failed(exc)
-                return
+            _QUEUED.setdefault(key, []).append((self, jobs, family))
+            if key not in _PENDING:
+                # Not a daemon: a process that ends right after tuning still writes what it
+                # learned.
+                thread = threading.Thread(target=_drain, args=(key,),
+                                          name=f"{LEARN_THREAD}{self.name}")
+                _PENDING[key] = thread
+                thread.start()
 
     def _failed(self, exc: Exception) -> None:
         from costtune.tune.decision import warn
@@ -180,3 +173,35 @@ class Learner:
         self._skipped.append(f"{type(exc).__name__}: {exc}")
         warn(f"costtune: the per-kernel model of {self.name} was not updated "
              f"({type(exc).__name__}: {exc})")
+
+
+def _drain(key: tuple[str, str]) -> None:
+    """The kernel's update thread: learns every queued tuning's rows, those queued while it
+    worked together in one update per model folder, until none are left."""
+    import pandas as pd
+
+    from costtune.model.learned import update
+
+    while True:
+        with _PENDING_LOCK:
+            batch = _QUEUED.pop(key, [])
+            if not batch:
+                del _PENDING[key]
+                return
+        folders: dict[Path, tuple[list, str, str, list]] = {}
+        for learner, jobs, family in batch:
+            for folder, rows, base in jobs:
+                entry = folders.setdefault(folder, ([], base, family, []))
+                entry[0].append(rows)
+                if learner not in entry[3]:
+                    entry[3].append(learner)
+        for folder, (rows, base, family, learners) in folders.items():
+            try:
+                path = update(folder, pd.concat(rows, ignore_index=True), base=base,
+                              family=family)
+            except Exception as exc:  # noqa: BLE001 - said in skipped and warned
+                for learner in learners:
+                    learner._failed(exc)
+                continue
+            for learner in learners:
+                learner._updated.append(path)

@@ -120,8 +120,6 @@ class SafeAutotuner(Autotuner):
     def prune_configs(self, kwargs: dict) -> list[Any]:
         if not self._tuning or getattr(self, "nargs", None) is None:
             return super().prune_configs(kwargs)  # warmup(): compile what is kept, as Triton
-        if self.learner is not None:
-            self.learner.wait()  # rank with what the last tuning taught (learned in a thread)
         self.kept_from_cache, self._kept_hit = None, False
         if self.cache_results:  # tuned in check_disk_cache, on a miss only
             self._kwargs = kwargs
