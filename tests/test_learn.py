@@ -119,6 +119,36 @@ def test_a_new_process_ranks_with_the_kernels_learned_model(home):
     assert CostModel.load(lines["UPDATED"]).n_train_rows_ > CostModel.load(path).n_train_rows_
 
 
+def test_an_update_imports_nothing_beside_a_tuning(home, monkeypatch):
+    """What an update imports is imported first, in a thread the next tuning waits for (as
+    for a preload); the update starts only after it: a tuning and an update never import
+    side by side (which handed the pruner a half-initialised module on the H200)."""
+    import threading
+
+    from costtune.model import learned
+    from costtune.tune import learn, preload
+
+    release, order, real = threading.Event(), [], learned.update
+
+    def imports():
+        release.wait(60)
+        order.append("imports")
+
+    def update(*args, **kwargs):
+        order.append("update")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(learn, "_import_update_modules", imports)
+    monkeypatch.setattr(learned, "update", update)
+    t = run(tuner(StepBench(), learn=True))
+    running = [th for th in preload._RUNNING if th.is_alive()]
+    assert [th.name for th in running] == ["costtune-learn-imports"] and order == []
+    release.set()
+    preload.wait()  # what the next tuning call does first
+    t.learner.wait()
+    assert order == ["imports", "update"]
+
+
 def test_learning_runs_beside_the_program_and_no_tuning_waits(home, monkeypatch):
     """The update runs in a thread and nothing waits for it but the process's exit: a tuning
     made while it runs ranks with the model learned before (here the shipped one), the rows of

@@ -160,9 +160,12 @@ class Learner:
         with _PENDING_LOCK:
             _QUEUED.setdefault(key, []).append((self, jobs, family))
             if key not in _PENDING:
+                from costtune.tune.preload import background
+
+                imports = background(_import_update_modules, "costtune-learn-imports")
                 # Not a daemon: a process that ends right after tuning still writes what it
                 # learned.
-                thread = threading.Thread(target=_drain, args=(key,),
+                thread = threading.Thread(target=_drain, args=(key, imports),
                                           name=f"{LEARN_THREAD}{self.name}")
                 _PENDING[key] = thread
                 thread.start()
@@ -175,9 +178,32 @@ class Learner:
              f"({type(exc).__name__}: {exc})")
 
 
-def _drain(key: tuple[str, str]) -> None:
-    """The kernel's update thread: learns every queued tuning's rows, those queued while it
-    worked together in one update per model folder, until none are left."""
+def _import_update_modules() -> None:
+    """Every module an update imports, imported before it starts, in a thread the next tuning
+    call waits for (``tune.preload.wait``): the update then imports nothing while a tuning
+    imports. Two threads importing modules that import each other can hand one of them a
+    half-initialised module: on the H200 a tuning's pruner got costtune.model.xgb without
+    its CostModel from an update importing it meanwhile, and kept all 328 configs."""
+    import filelock  # noqa: F401
+    import pyarrow.parquet  # noqa: F401  (pandas' parquet engine)
+    import xgboost  # noqa: F401
+
+    import costtune.evaluate.metrics  # noqa: F401
+    import costtune.features.static  # noqa: F401
+    import costtune.model.features  # noqa: F401
+    import costtune.model.forest  # noqa: F401
+    import costtune.model.learned  # noqa: F401
+    import costtune.model.registry  # noqa: F401
+    import costtune.model.training  # noqa: F401
+    import costtune.model.xgb  # noqa: F401
+    import costtune.store.locks  # noqa: F401
+
+
+def _drain(key: tuple[str, str], imports: threading.Thread) -> None:
+    """The kernel's update thread: once ``imports`` is done, learns every queued tuning's
+    rows, those queued while it worked together in one update per model folder, until none
+    are left."""
+    imports.join()
     import pandas as pd
 
     from costtune.model.learned import update

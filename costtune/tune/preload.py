@@ -100,6 +100,12 @@ def start_warm() -> threading.Thread | None:
     return _start(warm_triton_key, "costtune-warm")
 
 
+def background(target: Any, name: str) -> threading.Thread:
+    """``target`` in a daemon thread that the next tuning call waits for (``wait``): work
+    that must not overlap the call's own imports."""
+    return _start(target, name)
+
+
 def _start(target: Any, name: str) -> threading.Thread:
     """``target`` in a daemon thread that ``wait`` joins."""
     thread = threading.Thread(target=target, name=name, daemon=True)
