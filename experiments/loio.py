@@ -274,6 +274,50 @@ def goal_lines(table: pd.DataFrame, chosen: dict[str, str]) -> list[str]:
     return out
 
 
+def report_lines(data: pd.DataFrame, dataset: Path, by_set: pd.Series, first: dict[str, str],
+                 two: pd.DataFrame, choice: pd.DataFrame, shown: pd.DataFrame,
+                 test: pd.DataFrame, chosen: dict[str, str], kept: pd.DataFrame) -> list[str]:
+    """loio.md up to the shipped section."""
+    n = data.groupby("implementation")["workload"].nunique()
+    md = ["# Leave one implementation out: ranking kernels the model never trained on", "",
+          harness.provenance(dataset=dataset, n_rows=len(data)), "",
+          "Protocol: for each held-out implementation, boosters trained on the train suite of "
+          "every other implementation (all families) rank the held-out one's test-suite "
+          "workloads; TenSet top-k score Σ L* / Σ L(k), worst8 the lowest per-workload "
+          "L*/L(8). Workloads per implementation (both suites): "
+          + ", ".join(f"{k} {v}" for k, v in n.items()) + ".", "",
+          "## Selection on training data only (held-out implementation's train-suite shapes)",
+          "", "Each booster alone, ranking every config:", "",
+          harness.md_table(by_set.rename("mean of top1/top4/top8/worst8").reset_index(),
+                           floatfmt=".4f"), "",
+          "The hook's two stages (`two_stage=True`) replayed: stage 1 "
+          + ", ".join(f"{k} `{v}`" for k, v in sorted(first.items()))
+          + f" (the shipped stage-1 models' kind), its best {SHORTLIST} ordered by a blend "
+          "of stage-1 and stage-2 rank percentiles (`costtune.tune.ranking.blend_order`) at "
+          "stage-1 weight w (w=0: the compiled booster alone; w=1: stage 1's order); "
+          "criterion per family:", "",
+          harness.md_table(two.reset_index(), floatfmt=".4f"), "",
+          "Chosen per family (ties within 0.002 go to one booster for all families, then to "
+          "the smaller w):", "",
+          harness.md_table(choice.drop(columns=["cross_family", "stage"]), floatfmt=".4f"), "",
+          "## Held-out test suites", "",
+          "Every booster alone, the baseline, and the chosen two-stage replay of each family "
+          "(every replayed weight: loio.csv).", "",
+          harness.md_table(shown, floatfmt=".3f"), "",
+          "## Goals (issue 18) for what ships (two stages, per family): every held-out "
+          "implementation of each family", "", *goal_lines(test, chosen), "",
+          "## What the hook measures (config values the held-out run never trained on)", "",
+          "The goals above score the ranking's first k. The hook measures more where a config "
+          "holds a value its stage-1 model never trained on (a tile, warp count or "
+          "accumulator size per thread outside the training rows: here, outside every other "
+          "implementation's train suite): besides the k best-ranked trained configs it keeps "
+          "every untrained one ranked above them, at most 4k "
+          "(`costtune.tune.trained.keep_untrained`). The chosen two stages as the hook keeps "
+          "them: the score of what it measures and the configs measured per workload.", "",
+          harness.md_table(kept, floatfmt=".3f"), ""]
+    return md
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", type=Path, default=harness.DATASET)
@@ -310,43 +354,7 @@ def main() -> None:
     table = test[cols].sort_values(["family", "implementation", "name"])
     shown = table[~table["name"].str.startswith("two-stage: ")
                   | (table["name"] == table["family"].map(chosen))]
-    n = data.groupby("implementation")["workload"].nunique()
-    md = ["# Leave one implementation out: ranking kernels the model never trained on", "",
-          harness.provenance(dataset=args.dataset, n_rows=len(data)), "",
-          "Protocol: for each held-out implementation, boosters trained on the train suite of "
-          "every other implementation (all families) rank the held-out one's test-suite "
-          "workloads; TenSet top-k score Σ L* / Σ L(k), worst8 the lowest per-workload "
-          "L*/L(8). Workloads per implementation (both suites): "
-          + ", ".join(f"{k} {v}" for k, v in n.items()) + ".", "",
-          "## Selection on training data only (held-out implementation's train-suite shapes)",
-          "", "Each booster alone, ranking every config:", "",
-          harness.md_table(by_set.rename("mean of top1/top4/top8/worst8").reset_index(),
-                           floatfmt=".4f"), "",
-          "The hook's two stages (`two_stage=True`) replayed: stage 1 "
-          + ", ".join(f"{k} `{v}`" for k, v in sorted(first.items()))
-          + f" (the shipped stage-1 models' kind), its best {SHORTLIST} ordered by a blend "
-          "of stage-1 and stage-2 rank percentiles (`costtune.tune.ranking.blend_order`) at "
-          "stage-1 weight w (w=0: the compiled booster alone; w=1: stage 1's order); "
-          "criterion per family:", "",
-          harness.md_table(two.reset_index(), floatfmt=".4f"), "",
-          "Chosen per family (ties within 0.002 go to one booster for all families, then to "
-          "the smaller w):", "",
-          harness.md_table(choice.drop(columns=["cross_family", "stage"]), floatfmt=".4f"), "",
-          "## Held-out test suites", "",
-          "Every booster alone, the baseline, and the chosen two-stage replay of each family "
-          "(every replayed weight: loio.csv).", "",
-          harness.md_table(shown, floatfmt=".3f"), "",
-          "## Goals (issue 18) for what ships (two stages, per family): every held-out "
-          "implementation of each family", "", *goal_lines(test, chosen), "",
-          "## What the hook measures (config values the held-out run never trained on)", "",
-          "The goals above score the ranking's first k. The hook measures more where a config "
-          "holds a value its stage-1 model never trained on (a tile, warp count or "
-          "accumulator size per thread outside the training rows: here, outside every other "
-          "implementation's train suite): besides the k best-ranked trained configs it keeps "
-          "every untrained one ranked above them, at most 4k "
-          "(`costtune.tune.trained.keep_untrained`). The chosen two stages as the hook keeps "
-          "them: the score of what it measures and the configs measured per workload.", "",
-          harness.md_table(kept, floatfmt=".3f"), ""]
+    md = report_lines(data, args.dataset, by_set, first, two, choice, shown, test, chosen, kept)
     if args.ship:
         from costtune.features import load_feature_tables
         from experiments.model_selection import ship

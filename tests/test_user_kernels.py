@@ -380,6 +380,78 @@ def test_inductor_templates_read_from_their_operands():
     assert mapped.meta == {"SPLIT_K": 4} and "splits no K" in mapped.doubts[0][1]
 
 
+@triton.jit
+def _fwd_kernel(Q, K, V, Out, softmax_scale, nheads, seqlen_q, seqlen_k, headdim,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    tl.dot(tl.load(Q), tl.load(K))  # flash-attn's names; what it computes: dot, exp, max, sum
+    tl.exp(tl.max(tl.sum(tl.load(V), 0), 0))
+
+
+def test_attention_layouts_varlen_and_cross_attention_as_libraries_pass_them():
+    """flash-attn and FlagGems take q as (B, S, H, D): the sizes named in the args decide the
+    axes; a varlen or paged attention (integer offsets or block tables) is no dense batch
+    (all kept); keys of another length than the queries are a doubt."""
+    tiles = [triton.Config({"BLOCK_M": m, "BLOCK_N": 64}) for m in (64, 128)]
+    q = torch.empty(2, 128, 4, 64).half()  # (B, S, H, D)
+    for names in ({"nheads": 4, "seqlen_q": 128, "headdim": 64}, {"h": 4, "seqlen_q": 128}):
+        got = describe(LaunchSpec(family="attention"), tiles, args={"Q": q, "K": q, "V": q,
+                                                                   **names})
+        assert got.problem == {"B": 2, "H": 4, "S": 128, "D": 64, "causal": 0}, names
+    tutorial = describe(LaunchSpec(family="attention"), tiles,
+                        args={"q": torch.empty(2, 4, 128, 64).half(), "N_CTX": 128})
+    assert tutorial.problem == {"B": 2, "H": 4, "S": 128, "D": 64, "causal": 0}
+    paged = {"Q": torch.empty(256, 4, 64).half(), "K_cache": torch.empty(32, 4, 8, 16, 8).half(),
+             "B_Loc": torch.zeros(2, 16, dtype=torch.int32), "nheads": 4}
+    with pytest.raises(NotApplicable, match="varlen or paged attention.*B_Loc"):
+        describe(LaunchSpec(family="attention"), tiles, args=paged)
+    cross = describe(LaunchSpec(), tiles, kernel=_fwd_kernel,
+                     args={"Q": q, "K": torch.empty(2, 512, 4, 64).half(), "nheads": 4,
+                           "seqlen_q": 128, "seqlen_k": 512, "headdim": 64},
+                     grid=lambda m: (triton.cdiv(128, m["BLOCK_M"]), 2 * 4))
+    assert cross.problem["S"] == 128 and [c for c, _ in cross.doubts] == ["problem"]
+    assert "512 keys for 128 queries" in cross.doubts[0][1]
+
+
+def test_a_single_tile_count_is_not_read_as_persistent_without_a_program_loop():
+    """Fewer programs than tiles reads as a persistent launch only where that is told apart
+    from a misread problem: tile counts that differ between configs and share one cap, or a
+    source that loops over programs (tl.num_programs, an SM count)."""
+    tiles = [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=w) for w in (4, 8)]
+    args = {"q": torch.empty(2, 4, 512, 64).half()}  # 8 query blocks x 8 heads = 64 tiles
+    plain = describe(LaunchSpec(), tiles, kernel=_fwd_kernel, args=args, grid=(16,))
+    assert plain.programs_cap is None and [c for c, _ in plain.doubts] == ["grid"]
+
+    @triton.jit
+    def attn_persistent(q, k, v, o, NUM_SMS: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr):
+        tl.dot(tl.load(q), tl.load(k))
+        tl.exp(tl.max(tl.sum(tl.load(v), 0), 0))
+
+    looped = describe(LaunchSpec(), tiles, kernel=attn_persistent, args=args, grid=(16,))
+    assert looped.programs_cap == 16 and looped.doubts == ()
+
+
+def test_losses_and_expert_kernels_are_kinds_no_model_saw():
+    """A cross-entropy / NLL / KL / log-sum-exp kernel computes exp, max and sum as a softmax
+    does but is none; a kernel indexing experts (ScatterMoE) is a grouped GEMM."""
+    @triton.jit
+    def _ce_fwd_kernel(X_ptr, Y_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
+        tl.exp(tl.max(tl.sum(tl.load(X_ptr), 0), 0))
+
+    @triton.jit
+    def _scatter2scatter(X_ptr, W_ptr, expert_idxs_ptr, M, N, K, BLOCK_M: tl.constexpr):
+        tl.dot(tl.load(X_ptr), tl.load(W_ptr + tl.load(expert_idxs_ptr)))
+
+    assert read_kind(_ce_fwd_kernel).what == "a loss"
+    assert read_kind(_scatter2scatter).what == "a grouped GEMM"
+    assert read_kind(_scatter2scatter).family is None
+    # Liger's softmax: the dtype is its input X_ptr's, not the fp32 output's.
+    liger = describe(LaunchSpec(family="softmax"), [triton.Config({"BLOCK_SIZE": 1024})],
+                     args={"Y_ptr": torch.empty(64, 1000), "X_ptr": torch.empty(64, 1000).half(),
+                           "n_rows": 64, "n_cols": 1000})
+    assert liger.dtype == "float16"
+
+
 def test_a_config_listed_twice_is_kept_once():
     """min(BLOCK, next_power_of_2(cols)) clamps several configs to one: each distinct config
     takes one of the top_k slots and is benchmarked once."""

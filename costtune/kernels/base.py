@@ -78,14 +78,18 @@ SIZE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "cols": ("cols", "n_cols", "num_cols", "r0_numel", "rnumel", "n_col", "N"),
     },
     "attention": {
-        "B": ("B", "Z", "BATCH", "batch", "batch_size"),
-        "H": ("H", "N_HEAD", "N_HEADS", "nheads", "num_heads", "n_heads"),
-        "S": ("S", "N_CTX", "seq_len", "seqlen", "SEQ_LEN", "seqlen_q", "N_CTX_Q"),
+        "B": ("B", "Z", "BATCH", "batch", "batch_size", "b"),
+        "H": ("H", "N_HEAD", "N_HEADS", "nheads", "num_heads", "n_heads", "h", "HQ",
+              "num_query_heads", "q_head_num"),
+        "S": ("S", "N_CTX", "seq_len", "seqlen", "SEQ_LEN", "seqlen_q", "N_CTX_Q", "Q_CTX"),
         "D": ("D", "HEAD_DIM", "head_dim", "headdim", "BLOCK_DMODEL", "BLOCK_HEADDIM",
-              "D_HEAD"),
+              "D_HEAD", "HEAD_SIZE", "d"),
         "causal": ("causal", "CAUSAL", "IS_CAUSAL", "is_causal"),
     },
 }
+# The keys' sequence length where a kernel takes it apart from the queries' (cross-attention).
+KV_LENGTH_NAMES: tuple[str, ...] = ("seqlen_k", "N_CTX_K", "N_CTX_KV", "KV_CTX", "seqlen_kv",
+                                    "kv_len", "SEQLEN_K", "S_K")
 # Flags passed as a code: tutorial 06's STAGE is 3 for causal attention and 1 otherwise.
 CODED_FLAGS: dict[str, dict[str, tuple[str, dict[int, int]]]] = {
     "attention": {"causal": ("STAGE", {1: 0, 3: 1})},
@@ -93,7 +97,8 @@ CODED_FLAGS: dict[str, dict[str, tuple[str, dict[int, int]]]] = {
 # The input operand whose dtype is the launch's (outputs or fp32 statistics may differ).
 INPUT_NAMES: dict[str, tuple[str, ...]] = {
     "gemm": ("a", "a_ptr", "A", "a_desc", "desc_a", "arg_A", "x", "x_ptr"),
-    "softmax": ("x", "x_ptr", "input_ptr", "in_ptr0", "X", "inp", "input"),
+    "softmax": ("x", "x_ptr", "X_ptr", "input_ptr", "inp_ptr", "in_ptr0", "X", "inp",
+                "input"),
     "attention": ("q", "Q", "q_ptr", "desc_q", "q_desc"),
 }
 # A GEMM's second operand (K x N, or N x K for x @ w.t()), by the names kernels give it.
@@ -120,7 +125,9 @@ OTHER_KIND_PATTERNS: dict[str, str] = {
     "a backward pass": r"(?<![a-z])(bwd|backward|grad)(?![a-z])",
     # Several GEMMs of their own sizes in one launch (tutorial 08, MoE expert kernels): no one
     # M x N x K describes it.
-    "a grouped GEMM": r"group(ed)?_?(gemm|matmul|mm)|(?<![a-z])moe(?![a-z])",
+    "a grouped GEMM": r"group(ed)?_?(gemm|matmul|mm)|moe|expert",
+    # Losses over a softmax (cross-entropy, NLL, KL, JSD, a log-sum-exp): other outputs.
+    "a loss": r"(?<![a-z])(ce|nll|jsd|celoss|xentropy)(?![a-z])|kl_?div|logsumexp|_loss",
     "a layer norm": r"layer_?norm|(?<![a-z])ln(?![a-z])",
     "an RMS norm": r"rms_?norm",
     "a batch / group norm": r"(batch|group|instance)_?norm",
@@ -128,6 +135,9 @@ OTHER_KIND_PATTERNS: dict[str, str] = {
     "a cross-entropy": r"cross_?entropy",
     "a rotary embedding": r"rotary|(?<![a-z])rope(?![a-z])",
 }
+# Kinds no family stands for, by what a kernel's source names (checked before its operations):
+# a kernel indexing experts is a grouped GEMM (ScatterMoE's _scatter2scatter).
+OTHER_KIND_SOURCE: dict[str, str] = {"a grouped GEMM": r"expert"}
 # Operations that say what a kernel's source computes, when its name does not.
 SOURCE_OPS: dict[str, str] = {
     "dot": r"\bdot(_scaled)?\s*\(",

@@ -52,6 +52,26 @@ class PruneDecision:
     filtered: int = 0  # configs the user's own early_config_prune removed: never ranked
 
 
+def check_options(*, top_k: Any, shortlist: Any, widen: Any, range_margin: Any,
+                  stage1_weight: Any, early_config_prune: Any) -> None:
+    """ValueError naming the first of ``prune_configs_by``'s options that is out of range."""
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not top_k >= 0:
+        raise ValueError(f"top_k must be a count or a fraction >= 0, got {top_k!r}")
+    if int(shortlist) < 1:
+        raise ValueError(f"shortlist must be >= 1, got {shortlist!r}")
+    if stage1_weight is not None:
+        from costtune.tune.ranking import check_stage1_weight
+
+        check_stage1_weight(stage1_weight)
+    if widen is not None and int(widen) < 1:
+        raise ValueError(f"widen must be >= 1 or None, got {widen!r}")
+    if range_margin is not None and not range_margin >= 0:
+        raise ValueError(f"range_margin must be >= 0 or None, got {range_margin!r}")
+    if early_config_prune is not None and not callable(early_config_prune):
+        raise ValueError(f"early_config_prune must be callable(configs, named_args, **kwargs), "
+                         f"got {early_config_prune!r}")
+
+
 def distinct(order: Any, keys: Any) -> tuple[np.ndarray, int]:
     """``order`` (config positions, best first) with each key's first position only, and how
     many positions repeated a key: a list that holds a config twice (``min(BLOCK,

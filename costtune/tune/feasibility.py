@@ -213,6 +213,20 @@ def with_launch_traits(traits: Mapping[str, np.ndarray], args: Mapping[str, Any]
     return out
 
 
+def over_limit_at(launch: Any, columns: Mapping[str, np.ndarray], ok: np.ndarray, *,
+                  args: Mapping[str, Any], traits: Mapping[str, np.ndarray], target: Target
+                  ) -> dict[int, str]:
+    """``over_shared_limit`` for the configs at positions ``ok`` of a described launch
+    (``columns`` and ``traits`` over the whole list, the call's ``args``), keyed by position."""
+    if not len(ok):
+        return {}
+    over = over_shared_limit(
+        launch.family, launch.problem, launch.dtype, {c: v[ok] for c, v in columns.items()},
+        aligned=operand_alignment(launch.family, args), target=target,
+        traits={t: v[ok] for t, v in with_launch_traits(traits, args).items()})
+    return {int(ok[j]): why for j, why in over.items()}
+
+
 def over_shared_limit(family: str, problem: Mapping[str, int], dtype: str,
                       columns: Mapping[str, np.ndarray], *, aligned: Mapping[str, bool],
                       target: Target, traits: Mapping[str, np.ndarray] | None = None

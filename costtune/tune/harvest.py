@@ -38,6 +38,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from costtune.features.static import LAUNCHED
+from costtune.tune.grid import grid_programs
 from costtune.tune.launch import (
     LaunchSpec,
     NotApplicable,
@@ -45,7 +46,6 @@ from costtune.tune.launch import (
     describe,
     family_params,
     first_tensor_dtype,
-    grid_programs,
     launch_options,
 )
 

@@ -278,7 +278,7 @@ def _code(code: Any) -> str:
 def _call_part(tuner: Any, kwargs: dict[str, Any]) -> str:
     """What the pruner reads of the call beyond the tuning key: every argument's shape,
     strides, dtype and alignment or scalar value, and the grid's program count per config."""
-    from costtune.tune.launch import grid_programs
+    from costtune.tune.grid import grid_programs
 
     args = {**tuner.nargs, **{k: v for k, v in kwargs.items() if k not in _NOT_ARGS}}
     described = {name: _value(v) for name, v in args.items()}

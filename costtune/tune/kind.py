@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from costtune.kernels.base import NAME_PATTERNS, OTHER_KIND_PATTERNS, SOURCE_OPS
+from costtune.kernels.base import NAME_PATTERNS, OTHER_KIND_PATTERNS, OTHER_KIND_SOURCE, SOURCE_OPS
 
 _OPS = {op: re.compile(p) for op, p in SOURCE_OPS.items()}
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -80,6 +80,9 @@ def _read_kind(fn: Any) -> KernelKind | None:
     source = _source(fn, depth=2)
     if not source:
         return None
+    for what, pattern in OTHER_KIND_SOURCE.items():
+        if re.search(pattern, source, flags=re.IGNORECASE):
+            return KernelKind(name, None, what, f"its source (names {pattern!r})")
     ops = {op for op, rx in _OPS.items() if rx.search(source)}
     family, what = _kind_of_ops(ops)
     used = ", ".join(sorted(ops)) or "no dot, exp or reduction"
@@ -125,6 +128,16 @@ def splits_k(kernel: Any) -> bool | None:
     if not source:
         return None
     return bool(re.search(r"atomic_add|split", source, flags=re.IGNORECASE))
+
+
+def loops_over_programs(kernel: Any) -> bool | None:
+    """Whether the kernel's source could loop over more tiles than programs (a persistent
+    kernel: ``tl.num_programs``, an SM count); None when the source cannot be read."""
+    fn = python_function(kernel)
+    source = "" if fn is None else _source(fn, depth=1)
+    if not source:
+        return None
+    return bool(re.search(r"num_programs|NUM_SMS?\b|num_sms|NUM_PROGRAMS|sm_count", source))
 
 
 def _source(fn: Any, *, depth: int) -> str:

@@ -14,11 +14,12 @@ none of the known spellings (``costtune.kernels.base.PARAM_NAMES``) is there.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from costtune.kernels.base import KNOWN_KNOBS, LAUNCH_OPTION_DEFAULTS, PARAM_NAMES
+from costtune.tune.sizes import NotApplicable
 
 # Per family: parameters a config must give, and those with a neutral value when absent.
 FAMILY_PARAMS: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
@@ -126,3 +127,42 @@ def mapping_hint(family: str, names: Iterable[str], missing: Iterable[str]) -> s
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def family_params(family: str, configs: Sequence[Any], *, rename: Mapping[str, str],
+                  meta: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Per config: the family's parameters (renamed; else fixed at the launch, ``meta``; else
+    their neutral value) plus num_warps and num_stages. Names the family does not know are
+    left out."""
+    required, neutral = FAMILY_PARAMS[family]
+    meta = dict(meta or {})
+    out = []
+    for c in configs:
+        kw = {rename.get(k, k): v for k, v in c.kwargs.items()}
+        missing = [p for p in required if p not in kw and p not in meta]
+        if missing:
+            raise NotApplicable("params", f"config {dict(c.kwargs)} lacks {family} "
+                                f"parameter(s) {missing}; map yours with "
+                                f"{mapping_hint(family, c.kwargs, missing)}")
+        d = {p: kw.get(p, meta.get(p)) for p in required}
+        d.update((p, kw.get(p, meta.get(p, v))) for p, v in neutral.items())
+        d["num_warps"], d["num_stages"] = c.num_warps, c.num_stages
+        out.append(d)
+    return out
+
+
+def launch_options(config: Any) -> dict[str, Any]:
+    """A config's Triton launch options besides num_warps / num_stages that are not at their
+    neutral value (``num_ctas=2``, ``maxnreg=128``)."""
+    return {k: getattr(config, k) for k, neutral in LAUNCH_OPTION_DEFAULTS.items()
+            if getattr(config, k, neutral) != neutral}
+
+
+def config_key(config: Any) -> str:
+    """Canonical key of a triton.Config (or costtune Config): ``Config.key`` plus the launch
+    options it sets (so configs varying only num_ctas or maxnreg differ)."""
+    from costtune.types import Config
+
+    values = {**dict(config.kwargs), **launch_options(config),
+              "num_warps": config.num_warps, "num_stages": config.num_stages}
+    return Config.from_dict(values).key

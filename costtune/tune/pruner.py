@@ -48,6 +48,7 @@ from costtune.hardware import current
 from costtune.tune import feasibility
 from costtune.tune.decision import (
     PruneDecision,
+    check_options,
     config_key,
     distinct,
     keep_count,
@@ -68,6 +69,7 @@ from costtune.tune.launchable import launchable
 from costtune.tune.precompile import parse_precompile, precompiler
 from costtune.tune.preload import preload as start_preload
 from costtune.tune.preload import wait as wait_for_preload
+from costtune.tune.user_filter import user_filtered
 from costtune.types import CosttuneWarning
 
 __all__ = ["ConfigPruner", "CosttuneWarning", "PruneDecision", "keep_count",
@@ -86,23 +88,10 @@ class ConfigPruner:
                  cache_dir: str | os.PathLike | None, precompile: bool | int | str = True,
                  stage1_weight: float | None = None,
                  early_config_prune: Callable[..., Any] | None = None) -> None:
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not top_k >= 0:
-            raise ValueError(f"top_k must be a count or a fraction >= 0, got {top_k!r}")
-        if int(shortlist) < 1:
-            raise ValueError(f"shortlist must be >= 1, got {shortlist!r}")
+        check_options(top_k=top_k, shortlist=shortlist, widen=widen, range_margin=range_margin,
+                      stage1_weight=stage1_weight, early_config_prune=early_config_prune)
         parse_precompile(precompile)
-        if stage1_weight is not None:
-            from costtune.tune.ranking import check_stage1_weight
-
-            check_stage1_weight(stage1_weight)
-        if widen is not None and int(widen) < 1:
-            raise ValueError(f"widen must be >= 1 or None, got {widen!r}")
-        if range_margin is not None and not range_margin >= 0:
-            raise ValueError(f"range_margin must be >= 0 or None, got {range_margin!r}")
         spec.check()
-        if early_config_prune is not None and not callable(early_config_prune):
-            raise ValueError(f"early_config_prune must be callable(configs, named_args, "
-                             f"**kwargs), got {early_config_prune!r}")
         # The user's own filter (tutorial 06 drops BLOCK_M > N_CTX): run first, as Triton
         # would, on every call; the model ranks only what it keeps.
         self.user_prune = early_config_prune
@@ -139,7 +128,9 @@ class ConfigPruner:
                  **kwargs: Any) -> list[Any]:
         start = time.perf_counter()
         notes: list[tuple[str, str]] = []
-        barred = self._user_filtered(configs, named_args, kwargs, notes)
+        barred = (set() if self.user_prune is None else
+                  user_filtered(self.user_prune, configs, self.config_keys(configs),
+                                named_args, kwargs, notes))
         try:
             wait_for_preload()  # a model still loading in the background: let it finish first
             decision, order = self._prune(configs, named_args, kwargs, notes, barred)
@@ -174,30 +165,6 @@ class ConfigPruner:
             decision.precompile_ms = (time.perf_counter() - start) * 1e3
         self.last = decision
         return kept
-
-    def _user_filtered(self, configs: Sequence[Any], named_args: Mapping[str, Any],
-                       kwargs: dict[str, Any], notes: list[tuple[str, str]]) -> set[int]:
-        """Positions of ``configs`` the user's ``early_config_prune`` did not keep (matched
-        by identity or config key; its own errors propagate, as under Triton). Configs it
-        returns that the list lacks cannot be ranked or replaced: said in a note; keeping
-        none of the list: ignored, with a note."""
-        if self.user_prune is None:
-            return set()
-        chosen = list(self.user_prune(configs, named_args, **kwargs))
-        keys = self.config_keys(configs)
-        ids = {id(c) for c in chosen}
-        wanted = {config_key(c) for c in chosen}
-        allowed = {i for i, c in enumerate(configs) if id(c) in ids or keys[i] in wanted}
-        foreign = sorted(wanted - set(keys))
-        if foreign:
-            notes.append(("filter", f"your early_config_prune returned {len(foreign)} "
-                          f"config(s) not in the list ({'; '.join(foreign[:2])}); only "
-                          "configs of the list are benchmarked"))
-        if not allowed:
-            notes.append(("filter", "your early_config_prune kept no config of the list; "
-                          "ranking them all"))
-            return set()
-        return set(range(len(configs))) - allowed
 
     def config_keys(self, configs: Sequence[Any]) -> np.ndarray:
         """Canonical keys of ``configs`` (the tie-break order)."""
@@ -268,14 +235,8 @@ class ConfigPruner:
             return keep_alive()
         more = {i: why for i, why in invalid.items() if i in set(alive.tolist())}
         ok = np.array([i for i in alive if i not in invalid], dtype=int)
-        if len(ok):
-            over = feasibility.over_shared_limit(
-                launch.family, launch.problem, launch.dtype,
-                {c: v[ok] for c, v in columns.items()},
-                aligned=feasibility.operand_alignment(launch.family, args), target=current(),
-                traits={t: v[ok] for t, v in feasibility.with_launch_traits(
-                    self._traits, args).items()})
-            more.update({int(ok[j]): why for j, why in over.items()})
+        more.update(feasibility.over_limit_at(launch, columns, ok, args=args,
+                                              traits=self._traits, target=current()))
         if more:
             refused.update(more)
             if len(refused) == len(allowed):

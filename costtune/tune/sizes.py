@@ -70,6 +70,11 @@ def find_problem(family: str, args: Mapping[str, Any], *,
                  spec: ProblemSpec) -> tuple[dict[str, int], dict[str, str]]:
     """(sizes, origin of each size); NotApplicable naming the first size not found."""
     keys = PROBLEM_KEYS[family]
+    ints = _metadata_tensors(args) if family == "attention" and not spec else []
+    if ints:
+        raise NotApplicable("problem", f"a varlen or paged attention (integer tensors "
+                            f"{ints[:3]}: sequence offsets or block tables): no B x H x S x D "
+                            "describes it; pass problem= to rank it as a dense batch anyway")
     if callable(spec):
         given = dict(spec(dict(args)))
         origin = {k: "problem=" for k in given}
@@ -140,9 +145,12 @@ def _from_shapes(family: str, args: Mapping[str, Any], *,
         name, shape = x[0], x[1]
         return {"rows": (math.prod(shape[:-1]), f"{name}.shape[:-1]"),
                 "cols": (shape[-1], f"{name}.shape[-1]")}
-    q = next((o for o in ops if len(o[1]) == 4), None)
+    named_q = next((o for o in ops if o[0] in INPUT_NAMES["attention"]), None)
+    q = named_q if named_q is not None and len(named_q[1]) == 4 else next(
+        (o for o in ops if len(o[1]) == 4 and named_q is None), None)
     if q is not None:
-        return {k: (q[1][i], f"{q[0]}.shape[{i}]") for i, k in enumerate("BHSD")}
+        order = _attention_layout(q[1], args)
+        return {k: (q[1][i], f"{q[0]}.shape[{i}]") for k, i in zip("BHSD", order, strict=True)}
     # Tutorial 06's descriptors: [B*H*S, D] views of q, k, v and o.
     flat = next((o for o in ops if len(o[1]) == 2 and o[0] in INPUT_NAMES["attention"]), None)
     if flat is None:
@@ -157,6 +165,24 @@ def _from_shapes(family: str, args: Mapping[str, Any], *,
 # Said in the origin of M when a batch of GEMMs is read as one (B*M) x N x K GEMM; the launch
 # gets a doubt for it (``launch.describe``).
 BATCHED = "batched operands"
+
+
+def _attention_layout(shape: tuple[int, ...], args: Mapping[str, Any]) -> tuple[int, ...]:
+    """Axes of B, H, S, D in a 4-D query: tutorial 06's (B, H, S, D), or flash-attn's (B, S,
+    H, D) where the sizes named in the args (``nheads``, ``seqlen_q``) say so."""
+    named = {k: _named("attention", k, args)[0] for k in "HS"}
+    for order in ((0, 1, 2, 3), (0, 2, 1, 3)):
+        if all(v is None or int(v) == shape[order["BHSD".index(k)]]
+               for k, v in named.items()):
+            return order
+    return (0, 1, 2, 3)
+
+
+def _metadata_tensors(args: Mapping[str, Any]) -> list[str]:
+    """Names of the integer tensor arguments (sequence offsets, block tables, indices)."""
+    return [name for name, value in args.items() if not is_descriptor(value)
+            and hasattr(value, "shape") and hasattr(value, "dtype")
+            and _dtype(value) in METADATA_DTYPES - {"bool"}]
 
 
 def _gemm_shapes(mats: list[tuple[str, tuple[int, ...], str, str]]

@@ -9,7 +9,7 @@ set -u
 source experiments/device/setup.sh  # wheels, PYTHONPATH, LOG
 mkdir -p "$OUT/user_kernels"
 { date -u; nproc; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; } >>"$LOG"
-timeout 560 python3 experiments/device/user_kernels_h200.py --out "$OUT/user_kernels" \
-  --budget-s 420 --deadline-s 500 >>"$LOG" 2>&1
+timeout 590 python3 experiments/device/user_kernels_h200.py --out "$OUT/user_kernels" \
+  --budget-s 480 --deadline-s 560 >>"$LOG" 2>&1
 date -u >>"$LOG"
 tail -25 "$LOG"
