@@ -130,6 +130,21 @@ def splits_k(kernel: Any) -> bool | None:
     return bool(re.search(r"atomic_add|split", source, flags=re.IGNORECASE))
 
 
+def heuristic_names(kernel: Any) -> list[str]:
+    """The values ``triton.heuristics`` under the autotuner sets at each launch (their names),
+    [] without heuristics."""
+    out: list[str] = []
+    obj = kernel
+    for _ in range(8):
+        values = getattr(obj, "values", None)
+        if isinstance(values, dict) and all(callable(v) for v in values.values()):
+            out += [str(k) for k in values]
+        obj = getattr(obj, "fn", None)
+        if obj is None:
+            break
+    return out
+
+
 def loops_over_programs(kernel: Any) -> bool | None:
     """Whether the kernel's source could loop over more tiles than programs (a persistent
     kernel: ``tl.num_programs``, an SM count); None when the source cannot be read."""

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from costtune.kernels.base import FAMILIES, KV_LENGTH_NAMES, PROBLEM_KEYS
-from costtune.tune.kind import KernelKind, read_kind, source_constants
+from costtune.kernels.base import FAMILIES, KV_LENGTH_NAMES, PARAM_NAMES, PROBLEM_KEYS
+from costtune.tune.kind import KernelKind, heuristic_names, read_kind, source_constants
 from costtune.tune.names import (
     FAMILY_PARAMS,
     config_key,
@@ -163,6 +163,12 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
         if keys_len is not None and keys_len != problem["S"]:
             doubts = (*doubts, ("problem", f"cross-attention: {keys_len} keys for "
                                 f"{problem['S']} queries; the attention model saw S of both"))
+        spelled = {n for names in PARAM_NAMES[family].values() for n in names}
+        unread = [n for n in heuristic_names(kernel) if n in spelled]
+        if unread:
+            doubts = (*doubts, ("params", f"{unread} set by triton.heuristics at each launch "
+                                "are not read (taken as the family's neutral value); give "
+                                "them in the configs to be ranked by them"))
         if BATCHED in str(origin.get("M", "")):
             doubts = (*doubts, ("grid", f"batched operands ({origin['M']}) are read as one "
                                 f"{family} of M = {problem['M']} rows; the model never saw "
