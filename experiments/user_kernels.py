@@ -1,7 +1,8 @@
 """Kernels written as people write them, none of them costtune's: in the styles of Triton's
 tutorials 02 (fused softmax), 03 (matmul), 06 (fused attention, host TensorDescriptors) and 09
 (TMA persistent matmul), a persistent fused attention (``user_kernels_persistent.py``), an
-Inductor-generated looped softmax and matmul template (``user_kernels_inductor.py``). Each
+Inductor-generated looped softmax and matmul templates (``user_kernels_inductor.py``) and
+flash-attn's (B, S, H, D) forward (``user_kernels_libs.py``). Each
 ``Style`` holds the @triton.jit kernel, its config lists (tiny ones for the CPU interpreter,
 the tutorial-sized ones for the H200), its tuning key, inputs, launch and fp32 reference.
 
@@ -31,6 +32,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # loaded by path from tests and scripts
 import user_kernels_inductor as _ind  # noqa: E402
+import user_kernels_libs as _libs  # noqa: E402
 from user_kernels_configs import (  # noqa: E402
     _attn_configs,
     _inductor_configs,
@@ -357,6 +359,14 @@ STYLES: dict[str, Style] = {s.name: s for s in (
           _ind.linear_reference, {"M": 48, "N": 160, "K": 272},
           {"M": 4096, "N": 4096, "K": 4096}, torch.float16, torch.float16, 2e-3,
           lambda x: torch.relu(torch.nn.functional.linear(x["x"], x["w"], x["bias"]))),
+    Style("flashattn_bshd", _libs._fwd_kernel, _libs.flash_configs,
+          ("CACHE_KEY_SEQLEN_Q", "CACHE_KEY_SEQLEN_K", "IS_CAUSAL", "BLOCK_HEADDIM"),
+          "attention", _libs.bshd_inputs, _libs.flash_launch, _libs.bshd_reference,
+          {"B": 1, "H": 2, "S": 128, "D": 64, "causal": 1},
+          {"B": 4, "H": 16, "S": 2048, "D": 64, "causal": 1}, torch.float16, torch.float16,
+          5e-3, lambda x: torch.nn.functional.scaled_dot_product_attention(
+              x["q"].transpose(1, 2), x["k"].transpose(1, 2), x["v"].transpose(1, 2),
+              is_causal=bool(x["causal"])).transpose(1, 2)),
     Style("inductor_softmax", _ind.triton_red_fused__softmax_0, _inductor_configs,
           ("xnumel", "r0_numel"), "softmax", _rows_inputs, _ind.inductor_softmax_launch,
           _softmax_reference, {"rows": 16, "cols": 300}, {"rows": 32768, "cols": 2048},

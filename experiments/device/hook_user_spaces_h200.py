@@ -56,6 +56,10 @@ SHAPES = {
     # Inductor's matmul template (EVEN_K by a heuristic); the last shape has an uneven K.
     "inductor_mm": [{"M": 4096, "N": 4096, "K": 4096}, {"M": 2048, "N": 11008, "K": 4096},
                     {"M": 1024, "N": 5120, "K": 5120}, {"M": 3000, "N": 2999, "K": 777}],
+    # flash-attn's forward over (B, S, H, D) queries, sizes as nheads / seqlen_q / headdim.
+    "flashattn_bshd": [{"B": 4, "H": 16, "S": 2048, "D": 64, "causal": 1},
+                       {"B": 2, "H": 16, "S": 4096, "D": 128, "causal": 0},
+                       {"B": 8, "H": 16, "S": 1024, "D": 128, "causal": 1}],
     # Inductor's addmm + ReLU template over a Linear's (2, M/2, K) activation, sizes as
     # dynamic-shape symbols: M read from the activation's leading dims.
     "inductor_linear": [{"M": 4096, "N": 4096, "K": 4096}, {"M": 2048, "N": 11008, "K": 4096},

@@ -72,7 +72,7 @@ EST_START_S = 8.0
 EST_COMPILE_S = {"tutorial02_softmax": 0.35, "tutorial03_matmul": 0.5,
                  "tutorial06_attention": 1.2, "tutorial09_tma_matmul": 0.7,
                  "inductor_softmax": 0.35, "persistent_attention": 1.2, "inductor_mm": 0.6,
-                 "inductor_linear": 0.6}
+                 "inductor_linear": 0.6, "flashattn_bshd": 1.2}
 EST_BENCH_S = {"exhaustive": 0.13, "costtune": 0.03}
 EST_MODEL_S = 2.5
 EST_RETIME_S = 40.0
