@@ -149,6 +149,75 @@ def test_an_update_imports_nothing_beside_a_tuning(home, monkeypatch):
     assert order == ["imports", "update"]
 
 
+def test_an_update_thread_that_dies_leaves_no_one_waiting(home, monkeypatch):
+    """An update thread ended by anything (here a BaseException) clears its entry and says
+    what it could not learn; the kernel's next tuning starts a new thread, which learns."""
+    from costtune.model import learned
+
+    class Stop(BaseException):
+        pass
+
+    real, calls = learned.update, []
+
+    def dies_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise Stop
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(learned, "update", dies_once)
+    monkeypatch.setattr("threading.excepthook", lambda args: None)  # the thread's Stop
+    t = run(tuner(StepBench(), learn=True))
+    t.learner.wait()  # returns: the dead thread's entry is gone
+    assert t.learner._pending is None and t.learner.updated == []
+    run(t, 64, 64, 64)
+    (path,) = t.learner.updated
+    assert current_model(t.learner.folder())[0] == path
+
+
+_FORK_SCRIPT = """
+import os, threading
+import torch
+torch.set_num_threads(1)  # torch's own thread pool is not fork-safe
+from learning_helpers import StepBench, run, tuner
+from costtune.model import learned
+gate, real = threading.Event(), learned.update
+def held(*args, **kwargs):
+    gate.wait(60)
+    return real(*args, **kwargs)
+learned.update = held
+t = run(tuner(StepBench(), learn=True))  # its update held in the worker thread
+assert t.learner._pending.is_alive()
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        learned.update = real
+        run(t, 64, 64, 64)
+        waiter = threading.Thread(target=t.learner.wait, daemon=True)
+        waiter.start()
+        waiter.join(120)
+        code = 0 if not waiter.is_alive() and len(t.learner._updated) == 1 else 2
+    finally:
+        os._exit(code)
+_, status = os.waitpid(pid, 0)
+gate.set()
+print("CHILD", os.waitstatus_to_exitcode(status), "PARENT", len(t.learner.updated))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_process_forked_during_an_update_learns_on_its_own(home):
+    """A child forked while the parent's update runs has no such thread: it forgets it (no
+    wait spins on it) and learns its own tunings with a thread of its own."""
+    env = {**os.environ, "COSTTUNE_HOME": str(home / "fork"), "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    out = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "CHILD 0 PARENT 1" in out.stdout
+
+
 def test_learning_runs_beside_the_program_and_no_tuning_waits(home, monkeypatch):
     """The update runs in a thread and nothing waits for it but the process's exit: a tuning
     made while it runs ranks with the model learned before (here the shipped one), the rows of

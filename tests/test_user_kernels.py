@@ -332,11 +332,19 @@ def test_your_early_config_prune_runs_first_and_what_it_drops_is_never_run():
                                        )["early_config_prune"]
     args = {"x": torch.empty(24, 64).half(), "y": torch.empty(64, 40).half(), "M": 24,
             "N": 40, "K": 64}
+    # Only configs of its own (a rewriting filter): none of the list to rank, an error as
+    # under Triton; some of the list and some of its own: the list's, with a warning.
+    with pytest.raises(ValueError, match="kept none of the 12 configs .it returned configs"):
+        pruner(configs, args)
+    pruner = costtune.prune_configs_by(top_k=2, family="gemm", early_config_prune=lambda c, a,
+                                       **kw: [c[0], triton.Config({"BM": 128, "BN": 16,
+                                                                   "BK": 32})]
+                                       )["early_config_prune"]
     with pytest.warns(CosttuneWarning, match="returned 1 config.s. not in the list"):
         kept = pruner(configs, args)
-    # Nothing of the list kept by the filter: every config is ranked, as without one.
-    assert len(pruner.last.ranked) == 12 and pruner.last.filtered == 0
-    assert "filter" in pruner.last.fallbacks and len(kept) == pruner.last.k
+    assert kept == [configs[0]] and pruner.last.filtered == 11
+    with pytest.raises(ValueError, match="pass costtune.prune_configs_by.*to triton.autotune"):
+        costtune.autotune(configs, key=["M"], prune_configs_by=costtune.prune_configs_by())
 
 
 @triton.jit
@@ -367,6 +375,13 @@ def test_inductor_templates_read_from_their_operands():
     linear = describe(LaunchSpec(), tile, args=args, kernel=kernel)
     assert linear.family == "gemm" and linear.problem == {"M": 128, "N": 192, "K": 256}
     assert linear.dtype == "float16" and linear.doubts == ()
+    # Inductor sorts the fused ops: an epilogue may come before the template's op.
+    for name in ("triton_tem_fused_add_addmm_relu_threshold_backward_0",
+                 "triton_tem_fused__to_copy_mm_1"):
+        def named():
+            pass
+        named.__name__ = name
+        assert read_kind(named).family == "gemm", name
     a, b = torch.empty(4, 64, 288).half(), torch.empty(4, 288, 192).half()
     bmm = describe(LaunchSpec(), tile, args={"arg_A": a, "arg_B": b,
                                              "out_ptr0": torch.empty(4, 64, 192).half()},

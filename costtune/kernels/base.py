@@ -125,19 +125,20 @@ OTHER_KIND_PATTERNS: dict[str, str] = {
     "a backward pass": r"(?<![a-z])(bwd|backward|grad)(?![a-z])",
     # Several GEMMs of their own sizes in one launch (tutorial 08, MoE expert kernels): no one
     # M x N x K describes it.
-    "a grouped GEMM": r"group(ed)?_?(gemm|matmul|mm)|moe|expert",
-    # Losses over a softmax (cross-entropy, NLL, KL, JSD, a log-sum-exp): other outputs.
-    "a loss": r"(?<![a-z])(ce|nll|jsd|celoss|xentropy)(?![a-z])|kl_?div|logsumexp|_loss",
+    "a grouped GEMM": r"group(ed)?_?(gemm|matmul|mm)|(?<![a-z])(fused_?)?moe|"
+                      r"(?<![a-z])experts?(?![a-z])",
+    # Losses over a softmax (cross-entropy, NLL, KL, JSD): other outputs.
+    "a loss": r"(?<![a-z])(ce|nll|jsd|celoss|xentropy)(?![a-z])|kl_?div|_loss(?![a-z])",
     "a layer norm": r"layer_?norm|(?<![a-z])ln(?![a-z])",
     "an RMS norm": r"rms_?norm",
     "a batch / group norm": r"(batch|group|instance)_?norm",
-    "a convolution": r"conv",
+    "a convolution": r"conv(?!er)",
     "a cross-entropy": r"cross_?entropy",
     "a rotary embedding": r"rotary|(?<![a-z])rope(?![a-z])",
 }
 # Kinds no family stands for, by what a kernel's source names (checked before its operations):
 # a kernel indexing experts is a grouped GEMM (ScatterMoE's _scatter2scatter).
-OTHER_KIND_SOURCE: dict[str, str] = {"a grouped GEMM": r"expert"}
+OTHER_KIND_SOURCE: dict[str, str] = {"a grouped GEMM": r"\b\w*experts?_\w+|\b\w+_experts?\b"}
 # Operations that say what a kernel's source computes, when its name does not.
 SOURCE_OPS: dict[str, str] = {
     "dot": r"\bdot(_scaled)?\s*\(",

@@ -133,8 +133,13 @@ def _split(options: dict[str, Any], configs: Sequence[Any], *, precompile: Any, 
             raise ValueError(f"costtune.autotune ranks with its cost model: prune_configs_by "
                              f"may hold only your 'early_config_prune' (it runs first), not "
                              f"{other}; pass top_k= for how many configs to benchmark")
-        if given.get("early_config_prune") is not None:
-            options["early_config_prune"] = given["early_config_prune"]
+        fn = given.get("early_config_prune")
+        if fn is not None and hasattr(fn, "spec") and hasattr(fn, "top_k"):
+            raise ValueError("costtune.autotune prunes with its cost model: pass "
+                             "costtune.prune_configs_by(...) to triton.autotune instead, or "
+                             "top_k= here")
+        if fn is not None:
+            options["early_config_prune"] = fn
     unknown = sorted(set(options) - _PRUNE_OPTIONS - triton_names)
     if unknown:
         raise ValueError(f"unknown option(s) {unknown}; costtune.autotune takes "

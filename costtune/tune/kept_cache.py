@@ -58,8 +58,10 @@ def usable(tuner: Any) -> bool:
 
 def key_for(tuner: Any, kwargs: dict[str, Any]) -> str | None:
     """The kept list's key for this tuning call (``tuner.nargs`` and ``kwargs``), or None
-    when the kept list may not come from disk or the key cannot be computed."""
-    if not usable(tuner):
+    when the kept list may not come from disk or the key cannot be computed. None too with
+    the user's own ``early_config_prune``: what it keeps depends on state no key can hash
+    (closures, globals), so it runs, and the pruner with it, on every call."""
+    if not usable(tuner) or getattr(tuner.early_config_prune, "user_prune", None) is not None:
         return None
     from costtune.tune.preload import wait
 
@@ -195,16 +197,7 @@ def _pruner_part(pruner: Any) -> str:
         "stage1_weight": repr(getattr(pruner, "stage1_weight", None)),
         "family": spec.family, "problem": _value(spec.problem),
         "params": sorted(dict(spec.params).items()), "dtype": spec.dtype,
-        "trust_family": bool(spec.trust_family), "files": models, "shipped": _shipped(),
-        "early_config_prune": _callable(getattr(pruner, "user_prune", None))})
-
-
-def _callable(fn: Any) -> str | None:
-    """The user's own filter by its code (a function), else by its type; None without."""
-    if fn is None:
-        return None
-    code = getattr(fn, "__code__", None)
-    return _code(code) if code is not None else f"{type(fn).__module__}.{type(fn).__qualname__}"
+        "trust_family": bool(spec.trust_family), "files": models, "shipped": _shipped()})
 
 
 def _model_files(model: str | os.PathLike) -> list:

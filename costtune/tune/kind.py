@@ -67,7 +67,8 @@ def read_kind(kernel: Any) -> KernelKind | None:
 def _read_kind(fn: Any) -> KernelKind | None:
     name = fn.__name__
     lowered = name.lower()
-    template = _INDUCTOR_TEMPLATE.match(lowered)
+    template = _INDUCTOR_TEMPLATE.search(lowered) if lowered.startswith(
+        "triton_tem_fused_") else None
     if template:  # the template's op says what it computes; the rest are fused epilogues
         return KernelKind(name, "gemm", _FAMILY_WORDS["gemm"],
                           f"its name {name!r} (Inductor's {template.group(1)} template)")
@@ -90,10 +91,10 @@ def _read_kind(fn: Any) -> KernelKind | None:
 
 
 _FAMILY_WORDS = {"gemm": "a GEMM", "softmax": "a softmax", "attention": "an attention kernel"}
-# Inductor's GEMM templates: triton_tem_fused_<op>_<epilogue ops>_<n>, e.g.
-# triton_tem_fused_addmm_relu_threshold_backward_0 (a forward Linear + ReLU that also saves
+# Inductor's GEMM templates: triton_tem_fused_<its ops, sorted>_<n>, e.g.
+# triton_tem_fused_add_addmm_relu_threshold_backward_0 (a forward Linear + ReLU that also saves
 # the ReLU mask for the backward pass: no backward kernel).
-_INDUCTOR_TEMPLATE = re.compile(r"triton_tem_fused_(addmm|mm|bmm|baddbmm)(?![a-z])")
+_INDUCTOR_TEMPLATE = re.compile(r"(?<![a-z])(addmm|baddbmm|bmm|mm)(?![a-z])")
 
 
 def source_constants(kernel: Any) -> dict[str, int]:
@@ -127,7 +128,8 @@ def splits_k(kernel: Any) -> bool | None:
     source = "" if fn is None else _source(fn, depth=1)
     if not source:
         return None
-    return bool(re.search(r"atomic_add|split", source, flags=re.IGNORECASE))
+    return bool(re.search(r"atomic_add|split_?k|k_?splits?|num_splits", source,
+                          flags=re.IGNORECASE))
 
 
 def heuristic_names(kernel: Any) -> list[str]:

@@ -37,6 +37,19 @@ _QUEUED: dict[tuple[str, str], list] = {}
 _PENDING_LOCK = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    # A forked child has none of the parent's update threads: forget them and what they had
+    # queued (the parent learns it), and take a fresh lock (one held at the fork stays held).
+    global _PENDING_LOCK
+    _PENDING_LOCK = threading.Lock()
+    _PENDING.clear()
+    _QUEUED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Learner:
     """Updates and locates one kernel's per-kernel model; built by ``costtune.autotune``.
 
@@ -79,8 +92,11 @@ class Learner:
 
     def wait(self) -> None:
         """Return once every update of the kernel (of any Learner of it) is written."""
-        while (pending := self._pending) is not None:
+        while (pending := self._pending) is not None and pending is not threading.current_thread():
             pending.join()
+            with _PENDING_LOCK:  # a worker that ended without clearing its entry
+                if _PENDING.get((self.name, self.hash)) is pending and not pending.is_alive():
+                    del _PENDING[(self.name, self.hash)]
 
     def folder(self) -> Path:
         from costtune.model.files import kernel_dir
@@ -184,6 +200,13 @@ def _import_update_modules() -> None:
     imports. Two threads importing modules that import each other can hand one of them a
     half-initialised module: on the H200 a tuning's pruner got costtune.model.xgb without
     its CostModel from an update importing it meanwhile, and kept all 328 configs."""
+    try:
+        _import_all()
+    except ImportError:  # the update itself meets and reports it
+        pass
+
+
+def _import_all() -> None:
     import filelock  # noqa: F401
     import pyarrow.parquet  # noqa: F401  (pandas' parquet engine)
     import xgboost  # noqa: F401
@@ -202,32 +225,50 @@ def _import_update_modules() -> None:
 def _drain(key: tuple[str, str], imports: threading.Thread) -> None:
     """The kernel's update thread: once ``imports`` is done, learns every queued tuning's
     rows, those queued while it worked together in one update per model folder, until none
-    are left."""
-    imports.join()
+    are left (its entry goes in the same step, so a tuning queued later starts a new thread).
+    Ended any other way, its entry goes too and what is still queued is said failed."""
+    me = threading.current_thread()
+    try:
+        imports.join()
+        while True:
+            with _PENDING_LOCK:
+                batch = _QUEUED.pop(key, [])
+                if not batch:
+                    if _PENDING.get(key) is me:
+                        del _PENDING[key]
+                    return
+            _learn(batch)
+    finally:
+        left = []
+        with _PENDING_LOCK:
+            if _PENDING.get(key) is me:
+                del _PENDING[key]
+                left = _QUEUED.pop(key, [])
+        for learner, _, _ in left:
+            learner._failed(RuntimeError("the kernel's update thread ended before learning "
+                                         "this tuning"))
+
+
+def _learn(batch: list) -> None:
+    """One update per model folder for the queued tunings' rows."""
     import pandas as pd
 
     from costtune.model.learned import update
 
-    while True:
-        with _PENDING_LOCK:
-            batch = _QUEUED.pop(key, [])
-            if not batch:
-                del _PENDING[key]
-                return
-        folders: dict[Path, tuple[list, str, str, list]] = {}
-        for learner, jobs, family in batch:
-            for folder, rows, base in jobs:
-                entry = folders.setdefault(folder, ([], base, family, []))
-                entry[0].append(rows)
-                if learner not in entry[3]:
-                    entry[3].append(learner)
-        for folder, (rows, base, family, learners) in folders.items():
-            try:
-                path = update(folder, pd.concat(rows, ignore_index=True), base=base,
-                              family=family)
-            except Exception as exc:  # noqa: BLE001 - said in skipped and warned
-                for learner in learners:
-                    learner._failed(exc)
-                continue
+    folders: dict[Path, tuple[list, str, str, list]] = {}
+    for learner, jobs, family in batch:
+        for folder, rows, base in jobs:
+            entry = folders.setdefault(folder, ([], base, family, []))
+            entry[0].append(rows)
+            if learner not in entry[3]:
+                entry[3].append(learner)
+    for folder, (rows, base, family, learners) in folders.items():
+        try:
+            path = update(folder, pd.concat(rows, ignore_index=True), base=base,
+                          family=family)
+        except Exception as exc:  # noqa: BLE001 - said in skipped and warned
             for learner in learners:
-                learner._updated.append(path)
+                learner._failed(exc)
+            continue
+        for learner in learners:
+            learner._updated.append(path)

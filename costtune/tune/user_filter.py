@@ -18,7 +18,7 @@ def user_filtered(user_prune: Callable[..., Any], configs: Sequence[Any], keys: 
     """Positions of ``configs`` (canonical ``keys``) that ``user_prune(configs, named_args,
     **kwargs)`` did not keep, matched by identity or config key; its own errors propagate, as
     under Triton. Configs it returns that the list lacks cannot be ranked or replaced: said in
-    a note; keeping none of the list: ignored, with a note."""
+    a warning; keeping none of the list is a ValueError (Triton raises too)."""
     chosen = list(user_prune(configs, named_args, **kwargs))
     ids = {id(c) for c in chosen}
     wanted = {config_key(c) for c in chosen}
@@ -29,7 +29,7 @@ def user_filtered(user_prune: Callable[..., Any], configs: Sequence[Any], keys: 
                       f"not in the list ({'; '.join(foreign[:2])}); only configs of the list "
                       "are benchmarked"))
     if not allowed:
-        notes.append(("filter", "your early_config_prune kept no config of the list; ranking "
-                      "them all"))
-        return set()
+        raise ValueError(f"your early_config_prune kept none of the {len(configs)} configs"
+                         + (" (it returned configs of its own: costtune ranks the list's; "
+                            "filter the list before passing it)" if foreign else ""))
     return set(range(len(configs))) - allowed
