@@ -124,12 +124,7 @@ def _kind_of_ops(ops: set[str]) -> tuple[str | None, str]:
 def splits_k(kernel: Any) -> bool | None:
     """Whether the kernel's source (and its JIT helpers) could split K over programs: an
     atomic add, or "split" in a name; None when the source cannot be read."""
-    fn = python_function(kernel)
-    source = "" if fn is None else _source(fn, depth=1)
-    if not source:
-        return None
-    return bool(re.search(r"atomic_add|split_?k|k_?splits?|num_splits", source,
-                          flags=re.IGNORECASE))
+    return _source_has(kernel, r"(?i)atomic_add|split_?k|k_?splits?|num_splits")
 
 
 def heuristic_names(kernel: Any) -> list[str]:
@@ -150,11 +145,15 @@ def heuristic_names(kernel: Any) -> list[str]:
 def loops_over_programs(kernel: Any) -> bool | None:
     """Whether the kernel's source could loop over more tiles than programs (a persistent
     kernel: ``tl.num_programs``, an SM count); None when the source cannot be read."""
+    return _source_has(kernel, r"num_programs|NUM_SMS?\b|num_sms|NUM_PROGRAMS|sm_count")
+
+
+def _source_has(kernel: Any, pattern: str) -> bool | None:
+    """Whether the kernel's source (and the JIT helpers it calls) matches ``pattern``; None
+    when the source cannot be read."""
     fn = python_function(kernel)
     source = "" if fn is None else _source(fn, depth=1)
-    if not source:
-        return None
-    return bool(re.search(r"num_programs|NUM_SMS?\b|num_sms|NUM_PROGRAMS|sm_count", source))
+    return bool(re.search(pattern, source)) if source else None
 
 
 def _source(fn: Any, *, depth: int) -> str:

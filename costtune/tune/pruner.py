@@ -233,7 +233,8 @@ class ConfigPruner:
         except NotApplicable as exc:
             notes.append((exc.category, str(exc)))
             return keep_alive()
-        more = {i: why for i, why in invalid.items() if i in set(alive.tolist())}
+        live = set(alive.tolist())
+        more = {i: why for i, why in invalid.items() if i in live}
         ok = np.array([i for i in alive if i not in invalid], dtype=int)
         more.update(feasibility.over_limit_at(launch, columns, ok, args=args,
                                               traits=self._traits, target=current()))

@@ -52,6 +52,11 @@ METADATA_DTYPES = frozenset({"int32", "int64", "uint32", "uint64", "bool"})
 def operands(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, str]]:
     """(name, shape, dtype, "tensor" | "descriptor") of every tensor-like argument that can be
     an operand (not metadata: ``METADATA_DTYPES``), in order."""
+    return [o for o in _tensors(args) if o[2] not in METADATA_DTYPES]
+
+
+def _tensors(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, str]]:
+    """(name, shape, dtype, "tensor" | "descriptor") of every tensor-like argument."""
     out = []
     for name, value in args.items():
         if is_descriptor(value):
@@ -59,7 +64,7 @@ def operands(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, s
                         "descriptor"))
         elif hasattr(value, "shape") and hasattr(value, "dtype"):
             out.append((name, tuple(int(s) for s in value.shape), _dtype(value), "tensor"))
-    return [o for o in out if o[2] not in METADATA_DTYPES]
+    return out
 
 
 def _dtype(tensor: Any) -> str:
@@ -180,9 +185,8 @@ def _attention_layout(shape: tuple[int, ...], args: Mapping[str, Any]) -> tuple[
 
 def _metadata_tensors(args: Mapping[str, Any]) -> list[str]:
     """Names of the integer tensor arguments (sequence offsets, block tables, indices)."""
-    return [name for name, value in args.items() if not is_descriptor(value)
-            and hasattr(value, "shape") and hasattr(value, "dtype")
-            and _dtype(value) in METADATA_DTYPES - {"bool"}]
+    return [name for name, _, dtype, kind in _tensors(args)
+            if kind == "tensor" and dtype in METADATA_DTYPES - {"bool"}]
 
 
 def _gemm_shapes(mats: list[tuple[str, tuple[int, ...], str, str]]
