@@ -263,6 +263,37 @@ def test_learning_runs_beside_the_program_and_no_tuning_waits(home, monkeypatch)
     assert len(written) == 1 and current_model(written[0].parent) is not None
 
 
+def test_wrappers_with_different_models_each_learn_from_their_own(home, tmp_path,
+                                                                   monkeypatch):
+    """Two autotune wrappers of one kernel, one ranking with the shipped model and one with a
+    model file of the user's, tuning while an update runs: their queued rows are learned in
+    one update per base (they were all learned from the first one's base)."""
+    import threading
+
+    from costtune.model import learned
+
+    df = costtune.load_dataset(DATASET, kernel="gemm")
+    own = CostModel(n_estimators=5, family="gemm").fit(df[df["workload"].isin(
+        sorted(df["workload"].unique())[:4])])
+    own_path = str(own.save(tmp_path / "own"))
+    gate, real, bases = threading.Event(), learned.update, []
+
+    def held(folder, rows, **kwargs):
+        gate.wait(60)
+        bases.append(kwargs["base"])
+        return real(folder, rows, **kwargs)
+
+    monkeypatch.setattr(learned, "update", held)
+    shipped = run(tuner(StepBench(), learn=True))  # its update waits on the gate
+    mine = run(tuner(StepBench(), learn=True, model=own_path), 64, 64, 64)
+    run(shipped, 128, 64, 64)
+    gate.set()
+    assert len(shipped.learner.updated) == 2 and len(mine.learner.updated) == 1
+    assert bases[0] == "h200" and sorted(bases[1:]) == sorted(["h200", own_path])
+    path, record = current_model(shipped.learner.folder())
+    assert record["base"] == bases[-1] and record["workloads"] == 3
+
+
 def test_concurrent_updates_keep_every_row(tmp_path):
     df = costtune.load_dataset(DATASET, kernel="softmax")
     workloads = sorted(df["workload"].unique())[:3]

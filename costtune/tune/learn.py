@@ -250,19 +250,22 @@ def _drain(key: tuple[str, str], imports: threading.Thread) -> None:
 
 
 def _learn(batch: list) -> None:
-    """One update per model folder for the queued tunings' rows."""
+    """One update per model folder and base model for the queued tunings' rows: two autotune
+    wrappers of one kernel with different ``model=`` each learn from their own base (the
+    folder's rows are shared; its current model is the last one written, and a tuning uses
+    it only when it was learned from the tuning's own base)."""
     import pandas as pd
 
     from costtune.model.learned import update
 
-    folders: dict[Path, tuple[list, str, str, list]] = {}
+    folders: dict[tuple[Path, str], tuple[list, str, list]] = {}
     for learner, jobs, family in batch:
         for folder, rows, base in jobs:
-            entry = folders.setdefault(folder, ([], base, family, []))
+            entry = folders.setdefault((folder, base), ([], family, []))
             entry[0].append(rows)
-            if learner not in entry[3]:
-                entry[3].append(learner)
-    for folder, (rows, base, family, learners) in folders.items():
+            if learner not in entry[2]:
+                entry[2].append(learner)
+    for (folder, base), (rows, family, learners) in folders.items():
         try:
             path = update(folder, pd.concat(rows, ignore_index=True), base=base,
                           family=family)
