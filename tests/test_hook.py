@@ -145,7 +145,8 @@ def test_fallbacks_warn_once_and_keep_tuning(case, model, model_path, tmp_path, 
 
 @pytest.mark.parametrize("case, kept, word", [
     ("triton", 4, "triton 3.0.0"), ("schema", 8, "feature schema"),
-    ("dtype", 4, "no float32"), ("grid", 4, "launch grid"), ("compiled", 4, "two_stage")])
+    ("dtype", 4, "no float32"), ("grid", 4, "launch grid"), ("compiled", 4, "two_stage"),
+    ("grid_unchecked", 4, "could not be evaluated")])
 def test_model_doubts_widen_or_keep_all(case, kept, word, model, train_rows, record):
     """More reasons not to trust the ranking, checked on direct hook calls."""
     import copy
@@ -165,6 +166,8 @@ def test_model_doubts_widen_or_keep_all(case, kept, word, model, train_rows, rec
         args["a"] = torch.empty(1, dtype=torch.float32)
     elif case == "grid":
         kwargs["grid"] = (132,)  # a persistent kernel: not the family's tiling
+    elif case == "grid_unchecked":  # a grid that needs what the call does not pass
+        kwargs["grid"] = lambda meta: (meta["NOT_AN_ARG"],)
     pruner = costtune.prune_configs_by(model, 1, family="gemm")["early_config_prune"]
     assert len(pruner(SMALL, args, **kwargs)) == kept
     assert len(pruner(SMALL, args, **kwargs)) == kept

@@ -46,14 +46,19 @@ def with_grid(launch: Any, configs: Sequence[Any], *, args: Mapping[str, Any],
     """Check the grid's program count against the family's, on up to 32 configs spread over
     the list. Agreeing: as is. A neutral parameter the configs lack (ROWS_PER_PROG, SPLIT_K)
     that one value reconciles: fixed to it. A persistent launch (``min(C, tiles)`` programs,
-    tutorial 09's ``NUM_SMS``): noted. Anything else: a "grid" doubt."""
+    tutorial 09's ``NUM_SMS``): noted. Anything else, or a grid not evaluable on any of them:
+    a "grid" doubt."""
     picks = np.unique(np.linspace(0, len(configs) - 1, min(len(configs), _GRID_SAMPLE)
                                   ).astype(int))
     sample = [configs[i] for i in picks]
     programs = grid_programs(grid, args, configs=sample)
     known = np.isfinite(programs)
     expected = _family_programs(launch, sample)
-    if not known.any() or (programs[known] == expected[known]).all():
+    if not known.any():  # checked nothing: neither agreeing nor reconciled
+        return replace(launch, doubts=(*launch.doubts, (
+            "grid", "the launch grid could not be evaluated with the call's arguments and "
+            "the configs' parameters: the programs it starts are unchecked")))
+    if (programs[known] == expected[known]).all():
         return launch
     batched = _batched(launch, sample, programs, known, args)
     if batched is not None:
