@@ -25,7 +25,7 @@ train-suite* shapes, so that the refit weight is chosen on training data only.
 Writes experiments/results/learning_curve.{md,csv}.
 
     python -m experiments.learning_curve [--seeds 3] [--shapes 0 1 2 4 8]
-        [--methods continue refit:1 refit:2 refit:5 residual]
+        [--methods continue refit:1 refit:2 refit:5 refit:10h residual] [--families gemm]
         [--updates auto 20:0.05:4 50:0.1:6]   # trees added per update
         [--ceiling]   # also models refitted on all of the held-out kernel's train shapes
 """
@@ -68,9 +68,12 @@ __all__ = ["CAP", "GOAL", "SHIPPED", "cases", "ceiling", "curve", "report"]
 
 
 def method_of(name: str) -> tuple[str, dict]:
-    """"continue" / "residual" / "refit:<weight>" -> (fit_update method, its options)."""
+    """"continue" / "residual" / "refit:<weight>" / "refit:<weight>h" (weight times the
+    base table's heaviest workload) -> (fit_update method, its options)."""
     if name.startswith("refit:"):
-        return "refit", {"weight": float(name.split(":", 1)[1])}
+        text = name.split(":", 1)[1]
+        heaviest = text.endswith("h")
+        return "refit", {"weight": float(text.removesuffix("h")), "per_heaviest": heaviest}
     return name, {}
 
 
@@ -307,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ceiling", action="store_true",
                     help="also refit on all of each held-out kernel's train shapes (a bound)")
     ap.add_argument("--dataset", type=Path, default=harness.DATASET)
+    ap.add_argument("--families", nargs="+", default=None,
+                    help="only these families' held-out implementations (default: all)")
     ap.add_argument("--out", type=Path, default=None, help="results folder")
     args = ap.parse_args(argv)
     for m in args.methods:
@@ -319,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     df = with_implementation(harness.load_dataset(args.dataset))
     found, protocol = cases(df)
+    if args.families:
+        found = [c for c in found if c["family"] in args.families]
     if not found:
         print(f"no held-out implementation: every family has one in "
               f"{harness.relative(args.dataset)}")

@@ -146,6 +146,27 @@ def test_the_original_kernels_workloads_weigh_original_weight(mixed_rows):
             CostModel(family="softmax", original_weight=bad).fit(mixed_rows)
 
 
+def test_a_harvest_can_weigh_per_heaviest_table_workload(mixed_rows):
+    """``per_heaviest``: a harvested workload weighs ``weight`` of the table's heaviest
+    workloads (the original kernel's at ``original_weight``), the same fit as that product
+    given as an absolute weight; on a table of weight-1 workloads the two are one."""
+    other = sorted(mixed_rows.loc[mixed_rows["implementation"] != "softmax", "workload"].unique())
+    held = mixed_rows["workload"].isin(other[:4])
+    base_rows, harvest = mixed_rows[~held], mixed_rows[held]  # the table: weights 1 and 4
+    model = CostModel(family="softmax", n_estimators=20, original_weight=4.0).fit(base_rows)
+    table = TrainingTable.from_rows(model, base_rows)
+    per = refit(model, table, harvest, weight=2.0, per_heaviest=True)
+    np.testing.assert_array_equal(per.predict(harvest),
+                                  refit(model, table, harvest, weight=8.0).predict(harvest))
+    assert not np.allclose(per.predict(harvest),
+                           refit(model, table, harvest, weight=2.0).predict(harvest))
+    plain = CostModel(family="softmax", n_estimators=20).fit(base_rows)
+    flat = TrainingTable.from_rows(plain, base_rows)
+    np.testing.assert_array_equal(
+        refit(plain, flat, harvest, weight=2.0, per_heaviest=True).predict(harvest),
+        refit(plain, flat, harvest, weight=2.0).predict(harvest))
+
+
 def test_a_weighted_model_keeps_its_weights_in_its_table(mixed_rows, tmp_path):
     model = CostModel(family="softmax", n_estimators=40, original_weight=4.0).fit(mixed_rows)
     path = save_with_table(model, tmp_path / "m", mixed_rows)

@@ -83,7 +83,8 @@ def update_strength(base: Any, rows: pd.DataFrame) -> tuple[str, int, dict[str, 
 
 def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
                rounds: int | None = None, params: dict[str, Any] | None = None,
-               table: Any = None, weight: float = REFIT_WEIGHT) -> Any:
+               table: Any = None, weight: float = REFIT_WEIGHT,
+               per_heaviest: bool = False) -> Any:
     """A model that ranks like ``base`` corrected by ``rows`` (dataset rows of one family).
 
     ``"continue"``: ``base``'s booster plus ``rounds`` trees of its objective, ``params``
@@ -92,7 +93,8 @@ def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
     (``base_margin``), the two summed at scoring (in memory only; compared with continued
     training by replay). ``"refit"``: ``base``'s parameters fitted afresh on its training
     ``table`` (``costtune.model.training.TrainingTable``) and ``rows``, each workload of
-    ``rows`` weighing ``weight`` table workloads."""
+    ``rows`` weighing ``weight`` table workloads (``per_heaviest``: ``weight`` of the table's
+    heaviest workloads, e.g. the original kernel's at ``original_weight``)."""
     import xgboost as xgb
 
     from costtune.model.features import design_matrix
@@ -107,7 +109,7 @@ def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
 
         if table is None:
             raise ValueError("method 'refit' needs the base model's training table")
-        return refit(base, table, rows, weight=weight)
+        return refit(base, table, rows, weight=weight, per_heaviest=per_heaviest)
     model = CostModel(**base.get_params())
     target_rows, target, groups = model._targets(rows)
     x = design_matrix(target_rows, base.feature_names_, features=base.features)

@@ -148,11 +148,13 @@ def learned_from(model: Any, base: Any, rows: pd.DataFrame, *, n_rows: int,
     return model
 
 
-def refit(base: Any, table: TrainingTable, rows: pd.DataFrame, *, weight: float) -> Any:
+def refit(base: Any, table: TrainingTable, rows: pd.DataFrame, *, weight: float,
+          per_heaviest: bool = False) -> Any:
     """A new ``CostModel`` with ``base``'s parameters fitted on ``table`` and ``rows``
     together, each workload of ``rows`` weighing ``weight`` times a table workload of weight 1
     (XGBoost's per-group weights; the table's own as the base was fitted, e.g. its original
-    kernel's at ``original_weight``). ``rows``: dataset rows of one family (any status)."""
+    kernel's at ``original_weight``), or with ``per_heaviest`` ``weight`` times the table's
+    heaviest workload. ``rows``: dataset rows of one family (any status)."""
     import xgboost as xgb
 
     from costtune.model.features import design_matrix
@@ -178,6 +180,8 @@ def refit(base: Any, table: TrainingTable, rows: pd.DataFrame, *, weight: float)
     rank = model.objective.startswith("rank:")
     old_w = table.weights if table.weights is not None else np.ones(
         len(table.groups) if rank else len(table))
+    if per_heaviest and len(old_w):
+        weight = float(weight) * float(np.max(old_w))
     if rank:
         dmat.set_group(np.concatenate([table.groups, new_groups]))
         dmat.set_weight(np.concatenate([old_w, np.full(len(new_groups), float(weight))]))
