@@ -32,11 +32,19 @@ ORDER = ["stage1", "two_stage", "two_stage:w0", "two_stage:ours", "autotune:stag
 
 
 def all_calls(raw: Path) -> list[str]:
-    """The suffixes of every call's files (``methods_<call>.jsonl``), oldest first by name."""
-    calls = sorted(p.stem.removeprefix("methods_") for p in raw.glob("methods_*.jsonl"))
+    """The suffixes of every call's files (``methods_<call>.jsonl``), oldest first by call
+    number."""
+    calls = sorted((p.stem.removeprefix("methods_") for p in raw.glob("methods_*.jsonl")),
+                   key=_call_number)
     if not calls:
         raise SystemExit(f"{QUESTION}: no methods_*.jsonl under {raw}")
     return calls
+
+
+def _call_number(call: str) -> tuple[int, str]:
+    """"call10_<commit>" -> (10, ...): call 10 is newer than call 9 (not between 1 and 2)."""
+    head = call.split("_", 1)[0].removeprefix("call")
+    return (int(head) if head.isdigit() else -1, call)
 
 
 def load(raw: Path, calls: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
