@@ -138,7 +138,7 @@ def model_scores(model, rows: pd.DataFrame, feats: pd.DataFrame) -> np.ndarray:
 
 def shipped_params(family: str) -> dict:
     """What the base model takes from the shipped stage-1 model of ``family``: its feature set
-    (e.g. softmax: static+src) and the weight of the original kernel's workloads (GEMM: 8)."""
+    (e.g. softmax: static+src) and the weight of the original kernel's workloads (GEMM: 16)."""
     from costtune.model.xgb import CostModel
 
     model, _ = CostModel.load_for("h200", family)
