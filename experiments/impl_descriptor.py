@@ -47,15 +47,15 @@ MODELS_DIR = harness.ROOT / "costtune" / "models"
 # Stage-1 models that learn every implementation of their family: the features and the
 # original kernel's weight (CostModel.original_weight), by --select on train-suite shapes
 # (results/impl_descriptor.md). GEMM: static features, the original's workloads weighing 16
-# (unweighted, the four other implementations outweigh the original 4:1 and its
-# in-distribution worst8 fell 0.961 -> 0.917; 8 was the grid's largest weight and its choice
-# until the twentieth session extended the grid to 16 and 32). Attention: static, unweighted (--select's
-# choice; the launch features tell its three implementations apart). Softmax: static+src,
-# unweighted. --select prefers weight 2 there (0.9746 vs 0.9670), but replayed on the H200
-# spaces of the user kernels no model trains on (learn_user_kernels, shipped mode) it loses
-# on tutorial 02 (k=1/4/8 0.845/0.973/0.994 -> 0.801/0.946/0.979) while gaining on Inductor's
-# softmax at k=1 (0.969 -> 0.991): that held-out check vetoes the change (it is used only to
-# refuse a change, never to pick one; experiments/NOTES.md, eighteenth session). The families are
+# (unweighted, the four other implementations outweigh the original 4:1 and its in-distribution
+# worst8 fell 0.961 -> 0.917; 8 was the grid's largest weight and its choice until the twentieth
+# session extended the grid to 16 and 32). Attention: static, unweighted (--select's choice; the
+# launch features tell its three implementations apart). Softmax: static+src, unweighted. --select
+# prefers weight 2 there (0.9746 vs 0.9670), but replayed on the H200 spaces of the user kernels no
+# model trains on (learn_user_kernels, shipped mode) it loses on tutorial 02 (k=1/4/8
+# 0.845/0.973/0.994 -> 0.801/0.946/0.979) while gaining on Inductor's softmax at k=1 (0.969 ->
+# 0.991): that held-out check vetoes the change (it is used only to refuse a change, never to pick
+# one; experiments/NOTES.md, eighteenth session). The families are
 # costtune.tune.trained.ALL_IMPLEMENTATIONS (what the hook's trained-config check and
 # experiments/model_selection.py read).
 SHIP_FAMILIES = {"softmax": {"features": "static+src"},
@@ -139,13 +139,13 @@ def select(df: pd.DataFrame, family: str, *, reuse: pd.DataFrame | None = None
     out = []
     for features in SELECT_SETS:
         for weight in (ORIGINALS_ONLY, *SELECT_WEIGHTS):
-            model = default_model(family=family, features=features,
-                                  original_weight=1.0 if weight == ORIGINALS_ONLY else weight)
             base = {"family": family, "features": features, "weight": str(weight)}
             earlier = _earlier(reuse, base)
             if earlier:
                 out += earlier
                 continue
+            model = default_model(family=family, features=features,
+                                  original_weight=1.0 if weight == ORIGINALS_ONLY else weight)
             variant = []
             for k in range(FOLDS):
                 held = original & (in_fold == k)

@@ -198,3 +198,35 @@ def test_stage1_models_shipped_by_impl_descriptor_are_left_alone_by_model_select
     shipped = {f"{model_selection.NAME}_{f}" for f in impl_descriptor.SHIP_FAMILIES}
     assert set(model_selection.SHIPPED_ELSEWHERE) == shipped
     assert set(ALL_IMPLEMENTATIONS) == set(impl_descriptor.SHIP_FAMILIES)
+
+
+def test_impl_descriptor_selection_reuses_the_records_it_is_given(monkeypatch):
+    """--select --reuse: a variant whose records an earlier selection holds (every CV fold and
+    held-out implementation) is taken from them and not refitted; a partial one is refitted."""
+    import costtune.evaluate
+    from experiments import impl_descriptor
+
+    df = pd.DataFrame({"kernel": ["softmax"] * 2, "suite": ["train"] * 2,
+                       "implementation": ["softmax", "softmax_multirow"],
+                       "workload": ["a", "b"]})
+    monkeypatch.setattr(impl_descriptor, "SELECT_SETS", ("static",))
+    monkeypatch.setattr(impl_descriptor, "SELECT_WEIGHTS", (2.0,))
+    keys = {"family": "softmax", "features": "static", "top1": 0.9, "top4": 1.0,
+            "top8": 1.0, "worst8": 0.8}
+    whole = [{**keys, "weight": w, "part": "cv", "held": f"fold {k}"}
+             for w in ("originals only", "2.0") for k in range(impl_descriptor.FOLDS)]
+    whole += [{**keys, "weight": w, "part": "loio", "held": "softmax_multirow"}
+              for w in ("originals only", "2.0")]
+    reuse = pd.DataFrame(whole)
+
+    def no_fit(**kwargs):
+        raise AssertionError("a reused variant was refitted")
+
+    monkeypatch.setattr(costtune.evaluate, "default_model", no_fit)
+    out = impl_descriptor.select(df, "softmax", reuse=reuse)
+    cols = ["weight", "part", "held"]
+    pd.testing.assert_frame_equal(pd.DataFrame(out)[reuse.columns].sort_values(cols)
+                                  .reset_index(drop=True),
+                                  reuse.sort_values(cols).reset_index(drop=True))
+    with pytest.raises(AssertionError, match="refitted"):  # fold 4 of weight 2 missing
+        impl_descriptor.select(df, "softmax", reuse=reuse.drop(index=9))
