@@ -90,7 +90,8 @@ def report(methods: pd.DataFrame, spaces: pd.DataFrame) -> list[str]:
     replaced = methods[methods["replaced"].map(lambda r: bool(r) if isinstance(r, dict)
                                                else False)] if "replaced" in methods else []
     measured = []
-    for call, rows in spaces.groupby("call", sort=True):
+    for call in sorted(spaces["call"].unique(), key=_call_number):
+        rows = spaces[spaces["call"] == call]
         first = rows.iloc[0]
         measured.append(
             f"- Measured in device call `{call}` ({', '.join(sorted(rows['style'].unique()))}): "
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="which calls' files (default: every call under --raw)")
     ap.add_argument("--out", type=Path, default=None, help="results folder")
     args = ap.parse_args(argv)
-    methods, spaces = load(args.raw, args.call or all_calls(args.raw))
+    methods, spaces = load(args.raw, sorted(args.call, key=_call_number) if args.call
+                           else all_calls(args.raw))
     lines = report(methods, spaces)
     per_shape, _ = tables(methods)
     flat = per_shape.copy()

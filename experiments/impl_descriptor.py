@@ -136,11 +136,12 @@ def select(df: pd.DataFrame, family: str, *, reuse: pd.DataFrame | None = None
     names = sorted(train.loc[original, "workload"].unique())
     fold = dict(zip(np.random.default_rng(0).permutation(names), np.arange(len(names)) % FOLDS))
     in_fold = train["workload"].map(fold)
+    others = sorted(set(train["implementation"]) - {family})
     out = []
     for features in SELECT_SETS:
         for weight in (ORIGINALS_ONLY, *SELECT_WEIGHTS):
             base = {"family": family, "features": features, "weight": str(weight)}
-            earlier = _earlier(reuse, base)
+            earlier = _earlier(reuse, base, held_out=others)
             if earlier:
                 out += earlier
                 continue
@@ -152,7 +153,7 @@ def select(df: pd.DataFrame, family: str, *, reuse: pd.DataFrame | None = None
                 rows = train[~held & (original if weight == ORIGINALS_ONLY else True)]
                 variant.append({**base, "part": "cv", "held": f"fold {k}",
                                 **scores(model.fit(rows), train[held])})
-            for impl in sorted(set(train["implementation"]) - {family}):
+            for impl in others:
                 held = train["implementation"] == impl
                 rows = train[original] if weight == ORIGINALS_ONLY else train[~held]
                 variant.append({**base, "part": "loio", "held": impl,
@@ -164,16 +165,19 @@ def select(df: pd.DataFrame, family: str, *, reuse: pd.DataFrame | None = None
     return out
 
 
-def _earlier(reuse: pd.DataFrame | None, base: dict[str, str]) -> list[dict[str, Any]]:
-    """The records of variant ``base`` (family, features, weight) in ``reuse``, if all there
-    (every CV fold and held-out implementation)."""
+def _earlier(reuse: pd.DataFrame | None, base: dict[str, str], *, held_out: list[str]
+            ) -> list[dict[str, Any]]:
+    """The records of variant ``base`` (family, features, weight) in ``reuse``, if all there:
+    every CV fold and every implementation of ``held_out``, with every metric."""
     if reuse is None:
         return []
     weight = base["weight"]
     same = reuse[(reuse["family"] == base["family"]) & (reuse["features"] == base["features"])
                  & (reuse["weight"].map(lambda w: w if w == ORIGINALS_ONLY else str(float(w)))
                     == weight)]
-    if (same["part"] == "cv").sum() != FOLDS or not (same["part"] == "loio").any():
+    loio = same.loc[same["part"] == "loio", "held"]
+    if ((same["part"] == "cv").sum() != FOLDS or sorted(loio) != sorted(held_out)
+            or same[["top1", "top4", "top8", "worst8"]].isna().any().any()):
         return []
     return same.assign(weight=weight).to_dict("records")
 
@@ -241,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     start = time.perf_counter()
     reuse = pd.read_csv(args.reuse, dtype={"weight": str}) if args.reuse else None
+    needed = ["family", "features", "weight", "part", "held", "top1", "top4", "top8", "worst8"]
+    if reuse is not None and (lacking := [c for c in needed if c not in reuse]):
+        ap.error(f"--reuse: {args.reuse} lacks the selection columns {lacking}")
     df = with_implementation(harness.load_dataset(Path(args.dataset)))
     records, picked = [], []
     for family in args.families.split(","):

@@ -10,7 +10,8 @@ column; rows without it are the family's original kernel, named like the family)
    base model is updated on their rows (``costtune.model.learned.fit_update``) by each
    ``--methods`` entry: ``refit:<w>`` refits the base on its training rows and the harvest,
    each harvested workload weighing w (what ``costtune.autotune(learn=True)`` does with a
-   shipped base, w = ``REFIT_WEIGHT``), ``continue`` adds trees to the base booster,
+   shipped base, w = ``REFIT_WEIGHT``; ``refit:<w>h``: w of the base table's heaviest
+   workloads, e.g. the original kernel's), ``continue`` adds trees to the base booster,
    ``residual`` fits a separate booster over the base's scores;
    two harvests are replayed: ``exhaustive`` (every config of each harvested workload, what an
    untuned or exhaustive call records) and ``top8`` (the 8 configs the model of the moment
@@ -300,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", type=int, nargs="+", default=[0, 1, 2, 4, 8])
     ap.add_argument("--methods", nargs="+", default=["continue", SHIPPED],
                     help="how a harvest updates the base: continue, residual, refit:<weight> "
+                         "(refit:<weight>h: weight times the table's heaviest workload) "
                          f"(default: continue and what ships, {SHIPPED}); the top8 harvest "
                          "replays continue and what ships only")
     ap.add_argument("--trees", type=int, default=300, help="base model trees")
@@ -320,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         except (KeyError, ValueError):
             ok = False
         if not ok:
-            ap.error(f"--methods: {m!r} is not continue, residual or refit:<weight > 0>")
+            ap.error(f"--methods: {m!r} is not continue, residual, refit:<weight > 0> "
+                     "or refit:<weight > 0>h")
     start = time.perf_counter()
     df = with_implementation(harness.load_dataset(args.dataset))
     found, protocol = cases(df)

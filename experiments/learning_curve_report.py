@@ -22,7 +22,7 @@ def weight_choice(table: pd.DataFrame) -> list[str]:
     sel = [f"sel_{m}" for m in ("top1", "top4", "top8", "worst8")]
     if not set(sel) <= set(table):
         return []
-    refits = table["method"].str.fullmatch(r"refit:[0-9.]+")
+    refits = table["method"].str.fullmatch(r"refit:[0-9.]+h?")
     rows = table[refits & (table["harvest"] == "exhaustive")
                  & (table["n_shapes"] >= 1)].dropna(subset=sel)
     if rows["method"].nunique() < 2:

@@ -200,23 +200,23 @@ def test_stage1_models_shipped_by_impl_descriptor_are_left_alone_by_model_select
     assert set(ALL_IMPLEMENTATIONS) == set(impl_descriptor.SHIP_FAMILIES)
 
 
-def test_impl_descriptor_selection_reuses_the_records_it_is_given(monkeypatch):
+def test_impl_descriptor_selection_reuses_the_records_it_is_given(monkeypatch, tmp_path, capsys):
     """--select --reuse: a variant whose records an earlier selection holds (every CV fold and
     held-out implementation) is taken from them and not refitted; a partial one is refitted."""
     import costtune.evaluate
     from experiments import impl_descriptor
 
-    df = pd.DataFrame({"kernel": ["softmax"] * 2, "suite": ["train"] * 2,
-                       "implementation": ["softmax", "softmax_multirow"],
-                       "workload": ["a", "b"]})
+    impls = ["softmax", "softmax_multirow", "softmax_onepass"]
+    df = pd.DataFrame({"kernel": ["softmax"] * 3, "suite": ["train"] * 3,
+                       "implementation": impls, "workload": ["a", "b", "c"]})
     monkeypatch.setattr(impl_descriptor, "SELECT_SETS", ("static",))
     monkeypatch.setattr(impl_descriptor, "SELECT_WEIGHTS", (2.0,))
     keys = {"family": "softmax", "features": "static", "top1": 0.9, "top4": 1.0,
             "top8": 1.0, "worst8": 0.8}
     whole = [{**keys, "weight": w, "part": "cv", "held": f"fold {k}"}
              for w in ("originals only", "2.0") for k in range(impl_descriptor.FOLDS)]
-    whole += [{**keys, "weight": w, "part": "loio", "held": "softmax_multirow"}
-              for w in ("originals only", "2.0")]
+    whole += [{**keys, "weight": w, "part": "loio", "held": impl}
+              for w in ("originals only", "2.0") for impl in impls[1:]]
     reuse = pd.DataFrame(whole)
 
     def no_fit(**kwargs):
@@ -228,5 +228,12 @@ def test_impl_descriptor_selection_reuses_the_records_it_is_given(monkeypatch):
     pd.testing.assert_frame_equal(pd.DataFrame(out)[reuse.columns].sort_values(cols)
                                   .reset_index(drop=True),
                                   reuse.sort_values(cols).reset_index(drop=True))
-    with pytest.raises(AssertionError, match="refitted"):  # fold 4 of weight 2 missing
-        impl_descriptor.select(df, "softmax", reuse=reuse.drop(index=9))
+    for partial in (reuse.drop(index=9),  # fold 4 of weight 2 missing
+                    reuse[~((reuse["weight"] == "2.0") & (reuse["held"] == impls[2]))],
+                    reuse.assign(worst8=reuse["worst8"].where(reuse.index != 11))):
+        with pytest.raises(AssertionError, match="refitted"):
+            impl_descriptor.select(df, "softmax", reuse=partial)
+    reuse.drop(columns=["worst8"]).to_csv(tmp_path / "r.csv", index=False)
+    with pytest.raises(SystemExit):
+        impl_descriptor.main(["--select", "--reuse", str(tmp_path / "r.csv")])
+    assert "lacks the selection columns ['worst8']" in capsys.readouterr().err

@@ -58,8 +58,9 @@ class Learner:
     GEMM model takes 8-13 s on an H200 host's core (experiments/NOTES.md, nineteenth
     session). Nothing waits for it but the process's exit (and ``wait``, ``updated``,
     ``skipped``): a tuning made meanwhile ranks with the model learned before, and the rows of
-    tunings made meanwhile are learned together in one more update, so a program tuning
-    several shapes in a row pays for at most two updates, at its exit. ``updated``: model
+    tunings made meanwhile are learned together in one more update (one per base model, when
+    wrappers of the kernel rank with different ones), so a program tuning several shapes in a
+    row pays for at most two updates, at its exit. ``updated``: model
     files written for this Learner's tunings; ``skipped``: why a tuning taught nothing."""
 
     def __init__(self, fn: Any, *, model: Any) -> None:
@@ -224,7 +225,8 @@ def _import_all() -> None:
 
 def _drain(key: tuple[str, str], imports: threading.Thread) -> None:
     """The kernel's update thread: once ``imports`` is done, learns every queued tuning's
-    rows, those queued while it worked together in one update per model folder, until none
+    rows, those queued while it worked together in one update per model folder and base
+    model, until none
     are left (its entry goes in the same step, so a tuning queued later starts a new thread).
     Ended any other way, its entry goes too and what is still queued is said failed."""
     me = threading.current_thread()
