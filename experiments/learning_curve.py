@@ -346,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     table = pd.DataFrame(records)
     lines = report(table, protocol, n_rows=len(df), seeds=args.seeds,
-                   seconds=time.perf_counter() - start)
+                   seconds=time.perf_counter() - start,
+                   bases={f: shipped_params(f) for f in table["family"].unique()})
     md = harness.write_report(QUESTION, lines, table, out=args.out)
     print("\n".join(lines))
     print(f"wrote {harness.relative(md)}")

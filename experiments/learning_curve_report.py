@@ -39,7 +39,9 @@ def weight_choice(table: pd.DataFrame) -> list[str]:
 
 
 def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
-           seconds: float) -> list[str]:
+           seconds: float, bases: dict[str, dict]) -> list[str]:
+    """The report's lines; ``bases``: per family the base's feature set and original-kernel
+    weight (``learning_curve.shipped_params``)."""
     cols = ["top1", "top4", "top8", "worst8", "adaptive_score", "adaptive_configs",
             "tuned_top1", "tuned_configs1", "tuned_top4", "tuned_configs4", "tuned_top8",
             "tuned_configs8"]
@@ -56,12 +58,13 @@ def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
             f"top4 {r.top4:.3f} (goal {GOAL['top4']}: "
             f"{'met' if r.top4 >= GOAL['top4'] else 'NOT met'})"
             for r in at2.itertuples()]
+    kinds = "; ".join(f"{f}: {p['features']}, original weight {p['original_weight']:g}"
+                      for f, p in sorted(bases.items()))
     lines = [f"# Learning curve: {protocol}", "",
              harness.provenance(dataset=harness.DATASET, n_rows=n_rows), "",
              f"- Protocol: **{protocol}**. Base model: shipped defaults, with the feature "
-             "set of the family's shipped stage-1 model (softmax: static+src, the kernel "
-             "source's counts; gemm and attention: static) and its weight of the original "
-             "kernel's workloads (gemm: 8), trained on the other "
+             "set of the family's shipped stage-1 model and its weight of the original "
+             f"kernel's workloads ({kinds}), trained on the other "
              "implementations' train-suite rows; N harvested train-suite workloads of the "
              f"held-out one (seeded orders, {seeds} seeds, means shown) update it "
              "(`costtune.model.learned.fit_update`): `refit:<w>` refits it on its training "

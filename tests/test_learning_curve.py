@@ -38,8 +38,10 @@ def test_ceiling_refits_on_the_whole_pool_and_is_reported_apart(case):
              "method": "continue", "update": "auto", "seed": 0, "n_shapes": 2, "top1": 0.5,
              "top4": 0.9, "top8": 1.0, "worst8": 0.8}
     lines = lc.report(pd.DataFrame([curve, *records]), "held-out implementation",
-                      n_rows=1, seeds=1, seconds=1.0)
+                      n_rows=1, seeds=1, seconds=1.0,
+                      bases={"softmax": {"features": "static+src", "original_weight": 2.0}})
     text = "\n".join(lines)
+    assert "(softmax: static+src, original weight 2)" in text  # the bases as they were fitted
     goal = [line for line in lines if line.startswith("- softmax / softmax_onepass")]
     assert len(goal) == 1 and "top1 0.500" in goal[0]  # the refit rows are no curve point
     mean = text.split("## Mean over seeds")[1].split("## Ceiling")[0]
