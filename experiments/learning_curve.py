@@ -328,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     df = with_implementation(harness.load_dataset(args.dataset))
     found, protocol = cases(df)
     if args.families:
+        unknown = sorted(set(args.families) - {c["family"] for c in found})
+        if unknown:
+            ap.error(f"--families: no held-out implementation of {unknown} in "
+                     f"{harness.relative(args.dataset)}")
         found = [c for c in found if c["family"] in args.families]
     if not found:
         print(f"no held-out implementation: every family has one in "

@@ -126,3 +126,9 @@ def test_the_refit_weight_is_chosen_on_the_selection_scores_only():
     assert "Best: **refit:1**" in text  # (0.90 + 0.99) / 2 > (0.95 + 0.80) / 2
     assert "continue" not in text.split("|", 1)[1]
     assert weight_choice(table[table["method"] != "refit:5"]) == []  # one weight: no choice
+
+
+def test_families_must_have_a_held_out_implementation(capsys):
+    with pytest.raises(SystemExit):
+        lc.main(["--families", "gemm", "conv"])
+    assert "--families: no held-out implementation of ['conv']" in capsys.readouterr().err
