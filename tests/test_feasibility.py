@@ -27,6 +27,7 @@ from costtune.types import Config
 
 DATASET = Path(__file__).resolve().parents[1] / "datasets" / "h200"
 LIMIT = H200.max_shared_per_block
+REPO = Path(__file__).resolve().parents[1]
 # The unfiltered GEMM list of the issue: 384 configs, 56 over the limit by the tutorial's
 # estimate stages * (BM*BK + BK*BN) * 2 bytes.
 UNFILTERED = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w,
@@ -139,20 +140,36 @@ def with_split_k(configs):
             for c in configs]
 
 
-def test_unfiltered_list_keeps_nothing_that_cannot_launch(record):
+@pytest.mark.parametrize("ranking", ["h200", "biggest_first"])
+def test_unfiltered_list_keeps_nothing_that_cannot_launch(ranking, record, monkeypatch):
     """The goal on the five shapes: at k = 1, 4, 8 no kept config needs more shared memory
-    than the H200 has, where the model's own top k (what was kept before) holds several."""
+    than the H200 has, with the shipped model and with a ranking that puts the largest
+    pipelines first (the hook's scores replaced by its estimate of shared memory), whose
+    own top k holds such configs at every shape and k. (The shipped GEMM model's own top 8
+    holds none on these shapes since its original weight is 16; with 8 it held several.)"""
     model = CostModel.load_for("h200", "gemm")[0]
+    if ranking == "biggest_first":
+        from costtune.tune import ranking as scoring
+
+        monkeypatch.setattr(scoring, "score", lambda model, features: (
+            features["smem_bytes_est"].to_numpy(dtype=float)))
     before = after = 0
     for (m, n, k), top_k in itertools.product(FIVE_SHAPES, (1, 4, 8)):
         pruner = costtune.prune_configs_by("h200", top_k, family="gemm")["early_config_prune"]
         kept = pruner(UNFILTERED, gemm_args(m, n, k))
         after += sum(floor_of(c, m, n, k) > LIMIT for c in kept)
-        ranked = model.top_k("gemm", {"M": m, "N": n, "K": k}, "float16",
-                             with_split_k(UNFILTERED), top_k)
-        before += sum(floor_of(c.to_triton(), m, n, k) > LIMIT for c in ranked)
+        if ranking == "h200":
+            ranked = [c.to_triton() for c in model.top_k(
+                "gemm", {"M": m, "N": n, "K": k}, "float16", with_split_k(UNFILTERED), top_k)]
+        else:
+            ranked = sorted(UNFILTERED, key=tutorial_estimate, reverse=True)[:top_k]
+            assert all(floor_of(c, m, n, k) > LIMIT for c in ranked)
+            # the replaced scores ranked what it kept: the largest pipeline that fits first
+            fits = [c for c in UNFILTERED if floor_of(c, m, n, k) <= LIMIT]
+            assert tutorial_estimate(kept[0]) == max(map(tutorial_estimate, fits))
+        before += sum(floor_of(c, m, n, k) > LIMIT for c in ranked)
         assert len(kept) >= top_k and len(pruner.last.dropped) == 54
-    assert after == 0 and before > 0
+    assert after == 0 and (before > 0 or ranking == "h200")
     messages = [m for m in ours(record) if "cannot launch" in m]
     assert messages and "245,760 B" in " ".join(messages)
 
