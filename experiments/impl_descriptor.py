@@ -62,6 +62,7 @@ SHIP_FAMILIES = {"softmax": {"features": "static+src"},
                  "attention": {"features": "static"},
                  "gemm": {"features": "static", "original_weight": 16.0}}
 SELECT_SETS = ("static", "static+src")
+METRICS = ["top1", "top4", "top8", "worst8"]  # --select's criterion: their mean
 SELECT_WEIGHTS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 ORIGINALS_ONLY = "originals only"
 FOLDS = 5
@@ -171,21 +172,19 @@ def _earlier(reuse: pd.DataFrame | None, base: dict[str, str], *, held_out: list
     every CV fold and every implementation of ``held_out``, with every metric."""
     if reuse is None:
         return []
-    weight = base["weight"]
     same = reuse[(reuse["family"] == base["family"]) & (reuse["features"] == base["features"])
-                 & (reuse["weight"].map(lambda w: w if w == ORIGINALS_ONLY else str(float(w)))
-                    == weight)]
+                 & (reuse["weight"] == base["weight"])]
     loio = same.loc[same["part"] == "loio", "held"]
     if ((same["part"] == "cv").sum() != FOLDS or sorted(loio) != sorted(held_out)
-            or same[["top1", "top4", "top8", "worst8"]].isna().any().any()):
+            or same[METRICS].isna().any().any()):
         return []
-    return same.assign(weight=weight).to_dict("records")
+    return same.to_dict("records")
 
 
 def criteria(records: list[dict[str, Any]]) -> pd.DataFrame:
     """--select's records with their criterion: the mean of top1, top4, top8 and worst8."""
     table = pd.DataFrame(records)
-    return table.assign(criterion=table[["top1", "top4", "top8", "worst8"]].mean(axis=1))
+    return table.assign(criterion=table[METRICS].mean(axis=1))
 
 
 def selection(records: list[dict[str, Any]]) -> tuple[pd.DataFrame, dict[str, dict]]:
@@ -245,9 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     start = time.perf_counter()
     reuse = pd.read_csv(args.reuse, dtype={"weight": str}) if args.reuse else None
-    needed = ["family", "features", "weight", "part", "held", "top1", "top4", "top8", "worst8"]
+    needed = ["family", "features", "weight", "part", "held", *METRICS]
     if reuse is not None and (lacking := [c for c in needed if c not in reuse]):
         ap.error(f"--reuse: {args.reuse} lacks the selection columns {lacking}")
+    if reuse is not None:  # "16" or "16.0" as select() spells a weight: str(16.0)
+        reuse["weight"] = reuse["weight"].map(
+            lambda w: w if w == ORIGINALS_ONLY else str(float(w)))
     df = with_implementation(harness.load_dataset(Path(args.dataset)))
     records, picked = [], []
     for family in args.families.split(","):
