@@ -467,28 +467,13 @@ def test_losses_and_expert_kernels_are_kinds_no_model_saw():
     assert liger.dtype == "float16"
 
 
-def test_family_parameters_set_by_heuristics_are_a_doubt():
-    """FlagGems sets rows per program with triton.heuristics (TILE_M = 1024 // TILE_N): the
-    hook does not evaluate heuristics, so it says so and widens k, rather than rank every
-    config as one row per program; a heuristic knob (Inductor's EVEN_K) is no doubt."""
-    @triton.jit
-    def softmax_kernel_inner(output_ptr, input_ptr, M, N, TILE_M: tl.constexpr,
-                             TILE_N: tl.constexpr):
-        tl.exp(tl.max(tl.sum(tl.load(input_ptr), 0), 0))
-
-    kernel = triton.heuristics({"TILE_M": lambda a: max(1, 1024 // a["TILE_N"])})(
-        softmax_kernel_inner)
-    configs = [triton.Config({"TILE_N": n}) for n in (256, 512, 1024)]
-    args = {"output_ptr": torch.empty(256, 1024), "input_ptr": torch.empty(256, 1024),
-            "M": 256, "N": 1024}
-    got = describe(LaunchSpec(), configs, args=args, kernel=kernel)
-    assert got.family == "softmax" and [c for c, _ in got.doubts] == ["params"]
-    assert "['TILE_M'] set by triton.heuristics" in got.doubts[0][1]
+def test_a_heuristic_knob_is_no_family_parameter():
+    """Inductor's EVEN_K, set by triton.heuristics: a knob, not a parameter; no doubt."""
     even_k = describe(LaunchSpec(), STYLES["inductor_mm"].configs("cpu"),
                       args={"arg_A": torch.empty(64, 64).half(),
                             "arg_B": torch.empty(64, 64).half(), "M": 64, "N": 64, "K": 64},
                       kernel=STYLES["inductor_mm"].kernel)
-    assert not [c for c, _ in even_k.doubts if c == "params"]
+    assert not [c for c, _ in even_k.doubts if c == "params"] and even_k.by_rule == {}
 
 
 def test_a_config_listed_twice_is_kept_once():

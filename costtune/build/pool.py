@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import sys
 import time
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -44,13 +45,36 @@ def _pool(workers: int) -> ProcessPoolExecutor:
                                    initializer=_lower_priority)
         saved = os.environ.pop("TRITON_INTERPRET", None)
         try:
-            for _ in range(workers):
-                pool.submit(int)
+            with _main_hidden():
+                for _ in range(workers):
+                    pool.submit(int)
         finally:
             if saved is not None:
                 os.environ["TRITON_INTERPRET"] = saved
         _POOL, _POOL_SIZE = pool, workers
     return _POOL
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Any:
+    """While workers start: a spawned worker imports the parent's main script or module
+    (``__mp_main__``) for what it defines, so a script with no ``if __name__ ==
+    "__main__":`` guard (Triton's tutorials) would run again in every worker. The pool's jobs
+    name only costtune's code, so the main module's path and spec are hidden from the
+    workers' start-up data meanwhile."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+             if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+            if "__spec__" not in saved:
+                main.__dict__.pop("__spec__", None)
 
 
 def get_pool(workers: int | None = None) -> ProcessPoolExecutor:

@@ -143,7 +143,7 @@ OTHER_KIND_SOURCE: dict[str, str] = {"a grouped GEMM": r"\b\w*experts?_\w+|\b\w+
 SOURCE_OPS: dict[str, str] = {
     "dot": r"\bdot(_scaled)?\s*\(",
     "exp": r"\bexp2?\s*\(",
-    "max": r"\b(max2?|maximum|amax)\s*\(",
+    "max": r"\b(max2?|amax)\s*\(",  # reductions; tl.maximum is elementwise (a ReLU)
     "sum": r"\bsum2?\s*\(",
     "rsqrt": r"\b(rsqrt|sqrt)\s*\(",
 }

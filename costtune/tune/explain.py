@@ -35,6 +35,7 @@ from costtune.tune.launch import (
     config_key,
     describe,
     launch_options,
+    launch_params,
 )
 from costtune.types import CosttuneWarning
 
@@ -67,6 +68,8 @@ class Explanation:
     origin: dict[str, str] = field(default_factory=dict)  # size / parameter -> its source
     mapping: dict[str, str] = field(default_factory=dict)  # config name -> family parameter
     launch_params: dict[str, Any] = field(default_factory=dict)  # fixed at launch / by grid
+    # Family parameters set by triton.heuristics at each launch -> their values over the configs
+    set_by_rules: dict[str, list] = field(default_factory=dict)
     knobs: dict[str, list] = field(default_factory=dict)  # knob -> its values in the configs
     unknown: dict[str, list] = field(default_factory=dict)  # names costtune does not know
     ranking: list[Ranked] = field(default_factory=list)
@@ -87,7 +90,8 @@ def explain(kernel: Any, *args: Any, grid: Any = None, prune: Any = None,
             **kwargs: Any) -> Explanation:
     """Print and return how costtune sees ``kernel[grid](*args, **kwargs)``.
 
-    ``kernel``: a ``triton.autotune`` (or ``costtune.autotune``) kernel. ``grid``: the launch
+    ``kernel``: a ``triton.autotune`` (or ``costtune.autotune``) kernel, maybe under
+    ``triton.heuristics`` (whose values the launch passes the autotuner). ``grid``: the launch
     grid (a tuple or a callable of the meta-parameters), as in ``kernel[grid]``. ``prune``:
     the hook to explain (a ``costtune.prune_configs_by(...)`` dict); default: the kernel's
     own costtune hook, else ``prune_configs_by()``'s defaults. ``kwargs``: the kernel's own
@@ -97,7 +101,11 @@ def explain(kernel: Any, *args: Any, grid: Any = None, prune: Any = None,
     >>> costtune.explain(matmul_kernel, a, b, c, M, N, K, *strides,  # doctest: +SKIP
     ...                  grid=lambda meta: (triton.cdiv(M, meta["BLOCK_SIZE_M"]),))
     """
-    report = explain_call(_autotuner(kernel), args, {**kwargs, "grid": grid}, prune=prune)
+    tuner = _autotuner(kernel)
+    named = dict(zip(tuner.arg_names, args))
+    for name, rule in _rules_above(kernel, tuner):  # as Heuristics.run, outer first
+        kwargs[name] = rule({**named, **kwargs})
+    report = explain_call(tuner, args, {**kwargs, "grid": grid}, prune=prune)
     print(report)
     return report
 
@@ -177,6 +185,18 @@ def _autotuner(kernel: Any) -> Any:
                      f"{type(kernel).__name__}")
 
 
+def _rules_above(kernel: Any, tuner: Any) -> list[tuple[str, Any]]:
+    """(name, rule) of the ``triton.heuristics`` between ``kernel`` and its autotuner, outer
+    first."""
+    out, fn = [], kernel
+    while fn is not tuner and fn is not None:
+        values = getattr(fn, "values", None)
+        if isinstance(values, dict) and all(callable(v) for v in values.values()):
+            out += list(values.items())
+        fn = getattr(fn, "fn", None)
+    return out
+
+
 def _fresh_pruner(tuner: Any, prune: Any) -> Any:
     """A copy of the hook to explain, with its own warn-once memory and no precompile."""
     from costtune.tune.pruner import ConfigPruner, prune_configs_by
@@ -204,6 +224,10 @@ def _fill(out: Explanation, launch: Launch, configs: Sequence[Any]) -> None:
                                                     launch.problem, launch.dtype)
     out.origin, out.mapping = dict(launch.origin), dict(launch.rename)
     out.launch_params, out.info = dict(launch.meta), list(launch.info)
+    if launch.by_rule:
+        params = launch_params(launch, configs)
+        out.set_by_rules = {p: sorted({d[p] for d in params if d[p] is not None})
+                            for p in launch.by_rule}
     out.knobs = {n: _values(configs, n) for n in launch.knobs}
     out.unknown = {n: _values(configs, n) for n in launch.unknown}
     for option in ("num_ctas", "maxnreg"):
@@ -242,6 +266,8 @@ def _report(e: Explanation) -> list[str]:
         lines.append(f"  dtype     {e.dtype} ({e.origin.get('dtype', '?')})")
         params = [f"{name} -> {p}" for name, p in e.mapping.items()]
         params += [f"{p} = {v} ({e.origin.get(p, '')})" for p, v in e.launch_params.items()]
+        params += [f"{p} in {v} ({e.origin.get(p, '')}, per config)"
+                   for p, v in e.set_by_rules.items()]
         lines.append("  params    " + ("; ".join(params) or "none (neutral values)"))
     for title, names in (("knobs", e.knobs), ("unknown", e.unknown)):
         if names:

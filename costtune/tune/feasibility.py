@@ -23,6 +23,7 @@ fail, and what does not fit after compiling is caught by ``costtune.autotune``'s
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
 from numbers import Integral
@@ -90,6 +91,27 @@ def refuse_options(configs: Sequence[Any], *, target: Target | None = None) -> d
         problem = _option_problem(config, target=target)
         if problem is not None:
             out[i] = problem
+    return out
+
+
+def ruled_options(configs: Sequence[Any], params: Sequence[Mapping[str, Any]],
+                  by_rule: Mapping[str, str], *, target: Target | None = None) -> dict[int, str]:
+    """{position: reason} for configs whose num_warps / num_stages a ``triton.heuristics``
+    rule sets (``params[i]``: the values the launch takes) to what Triton or the GPU refuse."""
+    options = [o for o in ("num_warps", "num_stages") if o in by_rule]
+    if not options:
+        return {}
+    from costtune.hardware import current
+
+    target = current() if target is None else target
+    out = {}
+    for i, (config, p) in enumerate(zip(configs, params, strict=True)):
+        launched = copy.copy(config)
+        for option in options:
+            setattr(launched, option, p[option])
+        problem = _option_problem(launched, target=target)
+        if problem is not None:
+            out[i] = f"{problem} (as triton.heuristics sets it)"
     return out
 
 
@@ -178,6 +200,30 @@ def shared_floor(family: str, problem: Mapping[str, int], params: Mapping[str, A
     return get_family(family).shared_memory_floor(
         dict(problem), dict(params), dtype=dtype, aligned=dict(aligned), arch=target.arch,
         warp_specialized=warp_specialized)
+
+
+def family_table(launch: Any, configs: Sequence[Any], refused: Mapping[int, str], *,
+                 ruled: tuple[list, dict[int, str]] | None = None
+                 ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], dict[int, str]]:
+    """Per config the family's parameters (``names.family_params``, with the values the
+    launch's ``triton.heuristics`` rules set: ``ruled``, ``names.rule_values``' result), the
+    same as feature columns (NaN for configs that cannot launch) and {position: why} for
+    configs not already ``refused`` whose tile sizes are invalid or whose rules fail or set
+    launch options Triton refuses."""
+    from costtune.features.static import config_columns
+    from costtune.tune.names import family_params
+
+    values, failed = ruled if ruled is not None else (None, {})
+    params = family_params(launch.family, configs, rename=launch.rename, meta=launch.meta,
+                           set_by_rules=values)
+    invalid = dict(failed)
+    invalid.update(ruled_options(configs, params, launch.by_rule))
+    valid = [i for i in range(len(configs)) if i not in refused and i not in invalid]
+    invalid.update({valid[j]: why for j, why in
+                    invalid_sizes(launch.family, [params[i] for i in valid]).items()})
+    ok = set(valid) - set(invalid)
+    columns = config_columns([params[i] if i in ok else {} for i in range(len(configs))])
+    return params, columns, invalid
 
 
 def invalid_sizes(family: str, params: Sequence[Mapping[str, Any]]) -> dict[int, str]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from costtune.kernels.base import PROBLEM_KEYS
 from costtune.tune.kind import loops_over_programs, splits_k
-from costtune.tune.names import FAMILY_PARAMS, config_key, family_params
+from costtune.tune.names import FAMILY_PARAMS, config_key, launch_params, rule_outputs
 
 __all__ = ["grid_programs", "with_grid"]
 
@@ -24,16 +24,22 @@ _GRID_SAMPLE = 32  # configs whose grid is evaluated (triton.cdiv costs microsec
 _TILE_PARAMS = frozenset({"ROWS_PER_PROG"})
 
 
-def grid_programs(grid: Any, args: Mapping[str, Any], *, configs: Sequence[Any]) -> np.ndarray:
-    """Programs each config launches under ``grid`` (a tuple or a callable of the meta args),
-    evaluated once per distinct set of config kwargs. NaN where the grid cannot be evaluated."""
+def grid_programs(grid: Any, args: Mapping[str, Any], *, configs: Sequence[Any],
+                  launch: Any = None) -> np.ndarray:
+    """Programs each config launches under ``grid`` (a tuple or a callable of the meta args:
+    the call's arguments and the config's values, after the ``launch``'s ``triton.heuristics``
+    rules, as Triton's launch passes them), evaluated once per distinct set of config kwargs.
+    NaN where the grid cannot be evaluated."""
     out = np.full(len(configs), np.nan)
     seen: dict[tuple, float] = {}
+    ruled = launch is not None and bool(launch.rules)
     for i, c in enumerate(configs):
-        key = tuple(c.kwargs.items())  # launch options (num_warps, ...) rarely shape a grid
+        # Launch options (num_warps, ...) rarely shape a grid; a rule may read them.
+        key = tuple(c.kwargs.items()) + ((c.num_warps, c.num_stages) if ruled else ())
         if key not in seen:
             try:
-                g = grid({**args, **c.all_kwargs()}) if callable(grid) else grid
+                meta = rule_outputs(launch, c) if ruled else {**args, **c.all_kwargs()}
+                g = grid(meta) if callable(grid) else grid
                 seen[key] = float(math.prod(int(x) for x in g))
             except Exception:  # a grid that needs more than we know says nothing
                 seen[key] = np.nan
@@ -51,7 +57,7 @@ def with_grid(launch: Any, configs: Sequence[Any], *, args: Mapping[str, Any],
     picks = np.unique(np.linspace(0, len(configs) - 1, min(len(configs), _GRID_SAMPLE)
                                   ).astype(int))
     sample = [configs[i] for i in picks]
-    programs = grid_programs(grid, args, configs=sample)
+    programs = grid_programs(grid, args, configs=sample, launch=launch)
     known = np.isfinite(programs)
     expected = _family_programs(launch, sample)
     if not known.any():  # checked nothing: neither agreeing nor reconciled
@@ -95,7 +101,7 @@ def with_grid(launch: Any, configs: Sequence[Any], *, args: Mapping[str, Any],
 def _family_programs(launch: Any, configs: Sequence[Any]) -> np.ndarray:
     from costtune.features.static import static_features_for
 
-    params = family_params(launch.family, configs, rename=launch.rename, meta=launch.meta)
+    params = launch_params(launch, configs)
     feats = static_features_for(launch.family, launch.problem, launch.dtype, params)
     return feats["num_programs"].to_numpy()
 
@@ -108,7 +114,8 @@ def _fixed_by_grid(launch: Any, sample: Sequence[Any], programs: np.ndarray,
     argument of the call holds under a name that is neither a size nor a parameter (a
     batched kernel's ``BATCH`` grid axis is no split of the problem)."""
     _, neutral = FAMILY_PARAMS[launch.family]
-    free = [p for p in neutral if p not in launch.meta and p not in launch.rename.values()]
+    free = [p for p in neutral if p not in launch.meta and p not in launch.rename.values()
+            and p not in launch.by_rule]
     if not free:
         return None
     first = int(np.flatnonzero(known)[0])

@@ -44,9 +44,10 @@ from costtune.tune.launch import (
     NotApplicable,
     call_args,
     describe,
-    family_params,
     first_tensor_dtype,
     launch_options,
+    launch_params,
+    launched_values,
 )
 
 TIMING_NOTE = ("triton.autotune do_bench (or the tuner's own do_bench); outputs not checked "
@@ -169,14 +170,17 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
     spec = spec if isinstance(spec, LaunchSpec) else LaunchSpec()
     base = tuner.base_fn
     own = base.__module__ in {f"costtune.kernels.{f}" for f in FAMILIES}
+    ruled = None  # each config's values as its launch passes them, after triton.heuristics
     try:
         launch = describe(spec, configs, args=all_args, kernel=tuner, grid=kwargs.get("grid"))
+        ruled = launched_values(launch, configs)
         if any(c in ("kind", "family") for c, _ in launch.doubts):
             raise NotApplicable("kind", "declared as a family it does not read as")
-        params = family_params(launch.family, configs, rename=launch.rename, meta=launch.meta)
+        params = launch_params(launch, configs)
         family, problem, dtype = launch.family, launch.problem, launch.dtype
         if launch.programs_cap is not None:  # a persistent launch: what its grid starts
-            launched = grid_programs(kwargs.get("grid"), all_args, configs=configs)
+            launched = grid_programs(kwargs.get("grid"), all_args, configs=configs,
+                                     launch=launch)
         param_map = repr({k: v for k, v in launch.rename.items() if k != v})
     except NotApplicable:
         family, params, param_map = None, None, ""
@@ -189,15 +193,19 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
     key_values = [all_args.get(k) for k in tuner.keys]
     source = source_hash(tuner.fn)
     described = describe_source(tuner)  # a static+src model reads the user's kernel by it
-    rows = []
+    rows, recorded = [], set()
     for i, config in enumerate(configs):
-        extras = {k: v for k, v in config.kwargs.items()
-                  if params is None or (k not in launch.rename and k not in params[i])}
+        extras = {k: ruled[i].get(k, v) if ruled else v for k, v in config.kwargs.items()
+                  if params is None or (k not in launch.rename and k not in params[i]
+                                        and k not in launch.by_rule.values())}
         values = {**(params[i] if params else dict(config.kwargs)), **extras,
                   **launch_options(config)}
         if not params:
             values.update(num_warps=config.num_warps, num_stages=config.num_stages)
         cfg = Config.from_dict(values)
+        if cfg.key in recorded:  # configs a rule makes the same launch: its first timing
+            continue
+        recorded.add(cfg.key)
         p50, p20, p80 = _quantiles(tuner.configs_timings[config])
         ok = math.isfinite(p50)
         rows.append({

@@ -127,19 +127,26 @@ def splits_k(kernel: Any) -> bool | None:
     return _source_has(kernel, r"(?i)atomic_add|split_?k|k_?splits?|num_splits")
 
 
-def heuristic_names(kernel: Any) -> list[str]:
-    """The values ``triton.heuristics`` under the autotuner sets at each launch (their names),
-    [] without heuristics."""
-    out: list[str] = []
+def heuristic_rules(kernel: Any) -> list[tuple[str, Any]]:
+    """(name, rule) of every ``triton.heuristics`` value under the autotuner, outer first:
+    the order Triton's ``Heuristics.run`` applies them at each launch, each rule reading the
+    call's arguments, the config's values and the values set before it. [] without any."""
+    out: list[tuple[str, Any]] = []
     obj = kernel
     for _ in range(8):
         values = getattr(obj, "values", None)
         if isinstance(values, dict) and all(callable(v) for v in values.values()):
-            out += [str(k) for k in values]
+            out += [(str(k), v) for k, v in values.items()]
         obj = getattr(obj, "fn", None)
         if obj is None:
             break
     return out
+
+
+def heuristic_names(kernel: Any) -> list[str]:
+    """The values ``triton.heuristics`` under the autotuner sets at each launch (their names),
+    [] without heuristics."""
+    return [name for name, _ in heuristic_rules(kernel)]
 
 
 def loops_over_programs(kernel: Any) -> bool | None:

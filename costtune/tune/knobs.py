@@ -50,7 +50,8 @@ def _hashable(value: Any) -> Hashable:
         return repr(value)
 
 
-def knob_split(configs: Sequence[Any], seen: Sequence[Mapping[str, Any]]
+def knob_split(configs: Sequence[Any], seen: Sequence[Mapping[str, Any]], *,
+               values: Sequence[Mapping[str, Any]] | None = None
                ) -> tuple[list[Hashable], list[Hashable], dict[str, list[Any]]]:
     """Split each config into what the model sees and what it cannot tell apart.
 
@@ -59,12 +60,13 @@ def knob_split(configs: Sequence[Any], seen: Sequence[Mapping[str, Any]]
     untold knobs' values, and the untold knobs: {name: distinct values, first-seen order} for
     every config kwarg or launch option (num_ctas, maxnreg) that differs between configs the
     model sees alike. Names are never guessed: a knob counts as untold only when two configs
-    with equal seen values differ in it."""
+    with equal seen values differ in it. ``values``: each config's values as its launch
+    passes them, when ``triton.heuristics`` rules change them (``names.launched_values``)."""
     known_keys = [tuple(sorted((k, _hashable(v)) for k, v in s.items())) for s in seen]
     groups: dict[Hashable, list[int]] = defaultdict(list)
     for i, key in enumerate(known_keys):
         groups[key].append(i)
-    values = [_values(c) for c in configs]
+    values = [dict(v) for v in values] if values is not None else [_values(c) for c in configs]
     knobs: dict[str, dict[Hashable, Any]] = {}
     for members in groups.values():
         if len(members) < 2:

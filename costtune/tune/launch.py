@@ -23,15 +23,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from costtune.kernels.base import FAMILIES, KV_LENGTH_NAMES, PARAM_NAMES, PROBLEM_KEYS
-from costtune.tune.kind import KernelKind, heuristic_names, read_kind, source_constants
+from costtune.kernels.base import FAMILIES, KV_LENGTH_NAMES, PROBLEM_KEYS
+from costtune.tune.kind import KernelKind, heuristic_rules, read_kind, source_constants
 from costtune.tune.names import (
     FAMILY_PARAMS,
     config_key,
     family_params,
     launch_options,
+    launch_params,
+    launched_values,
     map_params,
     mapping_hint,
+    rule_values,
+    values_key,
 )
 from costtune.tune.sizes import (
     BATCHED,
@@ -44,7 +48,7 @@ from costtune.tune.sizes import (
 
 __all__ = ["FAMILY_PARAMS", "Launch", "LaunchSpec", "NotApplicable", "ProblemSpec",
            "call_args", "config_key", "describe", "family_params", "first_tensor_dtype",
-           "launch_options"]
+           "launch_options", "launch_params", "launched_values", "rule_values", "values_key"]
 
 # Families tried, in order, when neither the user nor the kernel says: the most specific
 # parameter sets first.
@@ -114,6 +118,12 @@ class Launch:
     doubts: tuple[tuple[str, str], ...] = ()
     info: tuple[str, ...] = ()
     programs_cap: float | None = None  # a persistent launch's program count C (min(C, tiles))
+    # Family parameters set by triton.heuristics at each launch (parameter -> rule name), the
+    # rules in the order Triton applies them and the call's arguments they read
+    # (``names.heuristic_values``).
+    by_rule: dict[str, str] = field(default_factory=dict)
+    rules: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
+    rule_args: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 def call_args(named_args: Mapping[str, Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,6 +140,7 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
     it computes); ``grid``: the launch grid, checked against the family's program count."""
     kind = read_kind(kernel) if kernel is not None else None
     constants = source_constants(kernel) if kernel is not None else {}
+    rules = tuple(heuristic_rules(kernel)) if kernel is not None else ()
     names = [k for c in configs for k in c.kwargs]
     declared = spec.family in FAMILIES
     families = [spec.family] if declared else _candidates(kind)
@@ -137,7 +148,8 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
              else f"{kind.name} reads as {kind.what} ({kind.reason}), but ")
     failures: list[tuple[str, str]] = []
     for family in families:
-        pm = map_params(family, names, args, user=spec.params, constants=constants)
+        pm = map_params(family, names, args, user=spec.params, constants=constants,
+                        rules=[n for n, _ in rules])
         if pm.missing:
             failures.append(("params", f"{reads}configs {sorted(set(names))} give no {family} "
                              f"parameter(s) {list(pm.missing)}, nor does the launch; map "
@@ -163,18 +175,22 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
         if keys_len is not None and keys_len != problem["S"]:
             doubts = (*doubts, ("problem", f"cross-attention: {keys_len} keys for "
                                 f"{problem['S']} queries; the attention model saw S of both"))
-        spelled = {n for names in PARAM_NAMES[family].values() for n in names}
-        unread = [n for n in heuristic_names(kernel) if n in spelled]
-        if unread:
-            doubts = (*doubts, ("params", f"{unread} set by triton.heuristics at each launch "
-                                "are not read (taken as the family's neutral value); give "
-                                "them in the configs to be ranked by them"))
+        by_rule, doubt = _evaluated(family, pm, configs, rules, args)
+        if doubt is not None and set(pm.by_rule) & set(FAMILY_PARAMS[family][0]):
+            failures.append(("params", doubt))  # a required parameter nothing else gives
+            continue
+        if doubt is not None:
+            doubts = (*doubts, ("params", doubt + (" (taken as the family's neutral value)"
+                                                   if pm.by_rule else "")))
         if BATCHED in str(origin.get("M", "")):
             doubts = (*doubts, ("grid", f"batched operands ({origin['M']}) are read as one "
                                 f"{family} of M = {problem['M']} rows; the model never saw "
                                 "batched operands"))
-        launch = Launch(family, problem, dtype, pm.rename, pm.meta, {**origin, **pm.origin},
-                        pm.knobs, pm.unknown, kind, doubts)
+        origin.update(pm.origin)
+        launch = Launch(family, problem, dtype, pm.rename, pm.meta, origin, pm.knobs,
+                        pm.unknown, kind, doubts, by_rule=by_rule,
+                        rules=rules if doubt is None else (),
+                        rule_args=dict(args) if rules and doubt is None else {})
         if grid is None:
             return launch
         from costtune.tune.grid import with_grid
@@ -185,6 +201,23 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
     raise NotApplicable("family", f"cannot tell the kernel family from config parameters "
                         f"{sorted(set(names))} and args {sorted(args)}; pass family=, problem= "
                         "and params=")
+
+
+def _evaluated(family: str, pm: Any, configs: Sequence[Any], rules: Sequence[tuple[str, Any]],
+               args: Mapping[str, Any]) -> tuple[dict[str, str], str | None]:
+    """The family parameters ``triton.heuristics`` sets (parameter -> rule name) when the
+    kernel's rules evaluate for some config (one whose rules fail cannot launch: the hook
+    drops it); else none and why not (the parameters then take their neutral value, or the
+    family is not read when one is required)."""
+    if not rules:
+        return {}, None
+    probe = Launch(family, {}, "", by_rule=pm.by_rule, rules=tuple(rules), rule_args=dict(args))
+    values, failed = rule_values(probe, configs)
+    if len(failed) < len(values):
+        return dict(pm.by_rule), None
+    return {}, (f"triton.heuristics {sorted(n for n, _ in rules)} could not be evaluated for "
+                f"any config ({next(iter(failed.values()))}); give the family's parameters "
+                "in the configs to be ranked by them")
 
 
 def _candidates(kind: KernelKind | None) -> list[str]:

@@ -63,7 +63,9 @@ from costtune.tune.launch import (
     ProblemSpec,
     call_args,
     describe,
-    family_params,
+    launched_values,
+    rule_values,
+    values_key,
 )
 from costtune.tune.launchable import launchable
 from costtune.tune.precompile import parse_precompile, precompiler
@@ -128,6 +130,7 @@ class ConfigPruner:
                  **kwargs: Any) -> list[Any]:
         start = time.perf_counter()
         notes: list[tuple[str, str]] = []
+        self._launch_keys: list[str] = []  # set where triton.heuristics change configs
         barred = (set() if self.user_prune is None else
                   user_filtered(self.user_prune, configs, self.config_keys(configs),
                                 named_args, kwargs, notes))
@@ -138,7 +141,8 @@ class ConfigPruner:
             notes.append(("error", f"pruning failed ({type(exc).__name__}: {exc})"))
             decision, order = keep_launchable(configs, notes, barred=barred)
         decision.filtered = len(barred)
-        order, decision.duplicates = distinct(order, self.config_keys(configs))
+        same = self._launch_keys if len(self._launch_keys) == len(configs) else None
+        order, decision.duplicates = distinct(order, same or self.config_keys(configs))
         if decision.duplicates:  # a repeated config takes one slot, not several
             decision.k = min(decision.k, len(order))
             decision.kept = [self._keys[i] for i in order[: decision.k]]
@@ -177,23 +181,15 @@ class ConfigPruner:
 
     def _family_params(self, launch: Any, configs: Sequence[Any]
                        ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], dict[int, str]]:
-        """Per config the family's parameters, the same as feature columns (NaN for configs
-        that cannot launch) and {position: why} for those whose tile sizes are invalid; kept
-        while Triton passes the same config list and the launch fixes the same parameters."""
-        from costtune.features.static import config_columns
-
+        """``feasibility.family_table`` of the configs, kept while Triton passes the same
+        config list and the launch fixes (and its rules set) the same parameters."""
         self.config_keys(configs)
-        family = launch.family
-        key = (family, *launch.rename.items(), *sorted(launch.meta.items()))
+        ruled = rule_values(launch, configs) if launch.rules else None
+        key = (launch.family, *launch.rename.items(), *sorted(launch.meta.items()),
+               *(() if ruled is None else map(repr, ruled[0])))
         if key not in self._params:
-            params = family_params(family, configs, rename=launch.rename, meta=launch.meta)
-            valid = [i for i in range(len(configs)) if i not in self._refused]
-            invalid = {valid[j]: why for j, why in
-                       feasibility.invalid_sizes(family, [params[i] for i in valid]).items()}
-            ok = set(valid) - set(invalid)
-            columns = config_columns([params[i] if i in ok else {}
-                                      for i in range(len(configs))])
-            self._params[key] = (params, columns, invalid)
+            self._params[key] = feasibility.family_table(launch, configs, self._refused,
+                                                         ruled=ruled)
         return self._params[key]
 
     def _prune(self, configs: Sequence[Any], named_args: Mapping[str, Any],
@@ -290,8 +286,11 @@ class ConfigPruner:
             doubts = [*doubts, *unread]
         live_scores = score(model, features)
         sub_order = rank_positions(live_scores, keys[alive])
-        if launch.family not in self._knobs:
-            self._knobs[launch.family] = knob_split(configs, params)
+        launched = launched_values(launch, configs)  # what rules leave of config values
+        if launch.family not in self._knobs or launched is not None:
+            self._knobs[launch.family] = knob_split(configs, params, values=launched)
+        if launched is not None:  # configs that launch alike are benchmarked once
+            self._launch_keys = [values_key(v) for v in launched]
         known, unknown, knobs = self._knobs[launch.family]
         if knobs:
             sub_order = spread_order(sub_order, known_keys=[known[i] for i in alive],

@@ -102,12 +102,13 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
     from costtune.build.threads import interpreting
     from costtune.features.compiled import COMPILED_FEATURES, _row_features, compile_jobs
     from costtune.kernels.base import KernelCall
+    from costtune.tune.kind import heuristic_rules
     from costtune.tune.precompile import hooked_args
 
     if interpreting():
         raise RuntimeError("Triton's interpreter is on: no kernel compiles in this process")
     jit = jit_function(fn)
-    heuristics = _heuristics(fn)
+    heuristics = heuristic_rules(fn)
     taken = {k: v for k, v in args.items() if k in jit.arg_names}
     arch = arch or current_arch()
     jobs = []
@@ -136,20 +137,6 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
         raise RuntimeError(f"none of the {len(table)} configs compiled; the first: "
                            f"{table['compile_error'].iloc[0][:200]}")
     return table
-
-
-def _heuristics(fn: Any) -> list[tuple[str, Any]]:
-    """(name, rule) of every ``@triton.heuristics`` between ``fn`` and its JIT function, outer
-    first (Triton's ``Heuristics.run`` adds each value before calling what it wraps)."""
-    from triton.runtime.autotuner import Heuristics
-    from triton.runtime.jit import JITFunction
-
-    out = []
-    while fn is not None and not isinstance(fn, JITFunction):
-        if isinstance(fn, Heuristics):
-            out += list(fn.values.items())
-        fn = getattr(fn, "fn", None)
-    return out
 
 
 def compiled_table(launch: Launch, params: Sequence[dict[str, Any]], *, cache_dir: Any,

@@ -89,7 +89,9 @@ def config_doubts(family: str, columns: Mapping[str, Any], *, elems_per_thread: 
                            trained=trained)
     if not unseen:
         return []
-    shown = "; ".join(dict.fromkeys(list(unseen.values())[:3]))
+    # Each value once, whichever configs hold it (configs share untrained values).
+    values = list(dict.fromkeys(v for text in unseen.values() for v in text.split("; ")))
+    shown = "; ".join(values[:5]) + ("; ..." if len(values) > 5 else "")
     return [("config", f"{len(unseen)} {family} config(s) with values outside the training "
              f"data rank among those kept: {shown}")]
 
