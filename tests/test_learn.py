@@ -119,6 +119,24 @@ def test_a_new_process_ranks_with_the_kernels_learned_model(home):
     assert CostModel.load(lines["UPDATED"]).n_train_rows_ > CostModel.load(path).n_train_rows_
 
 
+def test_a_script_that_ends_after_its_one_tuning_still_learns(home):
+    """The script's last line is its only tuning: exit waits for the update, which must not
+    import modules registering exit hooks once shutdown began (it raised "can't register
+    atexit after shutdown" and the kernel learned nothing)."""
+    env = {**os.environ, "COSTTUNE_HOME": str(home), "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    code = ("import time, learning_helpers as h, costtune.tune.learn as learn\n"
+            "imports = learn._import_update_modules\n"  # as if slow: the script ends first
+            "learn._import_update_modules = lambda: (time.sleep(2), imports())\n"
+            "h.run(h.tuner(h.StepBench(), learn=True))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "not updated" not in out.stderr and "Traceback" not in out.stderr
+    (written,) = home.glob("kernels/learned_matmul-*/*/current.json")
+    assert current_model(written.parent)[1]["rows"] == 8
+
+
 def test_an_update_imports_nothing_beside_a_tuning(home, monkeypatch):
     """What an update imports is imported first, in a thread the next tuning waits for (as
     for a preload); the update starts only after it: a tuning and an update never import

@@ -173,6 +173,7 @@ class Learner:
         except Exception as exc:  # learning only helps later calls; never break this one
             self._failed(exc)
             return
+        _import_exit_hooks()
         key = (self.name, self.hash)
         with _PENDING_LOCK:
             _QUEUED.setdefault(key, []).append((self, jobs, family))
@@ -205,6 +206,15 @@ def _import_update_modules() -> None:
         _import_all()
     except ImportError:  # the update itself meets and reports it
         pass
+
+
+def _import_exit_hooks() -> None:
+    """The modules an update imports that register an exit hook with threading
+    (concurrent.futures, which xgboost and pyarrow import), imported here, on the tuning's
+    thread: imported by the update thread after a script's last line, they raise "can't
+    register atexit after shutdown" and the update is lost."""
+    import concurrent.futures.process  # noqa: F401
+    import concurrent.futures.thread  # noqa: F401
 
 
 def _import_all() -> None:
