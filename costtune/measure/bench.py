@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 GRAPH_REPS = 20
+HOST_REPS = 3  # without CUDA: interpreted runs are slow, and their times say little
 BENCH_CHOICES = ("graph", "triton")
 _FLUSH: dict[int, Any] = {}  # one L2 flush buffer per device, kept for the process
 
@@ -28,13 +29,12 @@ def graph_bench(fn: Callable[[], Any], quantiles: Sequence[float] | None = None,
                 reps: int = GRAPH_REPS, **_: Any) -> float | list[float]:
     """``do_bench`` for ``triton.autotune``: the median time (ms) of ``fn``, or its
     ``quantiles`` when asked (the autotuner asks for 0.5, 0.2, 0.8 and compares the lists).
-    Without CUDA (Triton's interpreter on CPU) it defers to Triton's own benchmarker."""
+    Without CUDA (Triton's interpreter on CPU, where Triton has no active driver to time
+    with) ``fn`` is timed on the host clock: one warm-up run, then ``HOST_REPS``."""
     import torch
 
     if not torch.cuda.is_available():
-        import triton
-
-        return triton.runtime.driver.active.get_benchmarker()(fn, quantiles=quantiles)
+        return summarize(host_times(fn, reps=HOST_REPS), quantiles)
     from costtune.measure.gpu import make_flush_buffer, time_graph
 
     device = torch.cuda.current_device()
@@ -42,6 +42,20 @@ def graph_bench(fn: Callable[[], Any], quantiles: Sequence[float] | None = None,
         _FLUSH[device] = make_flush_buffer(device)
     times, _ = time_graph(fn, reps=reps, flush=_FLUSH[device])
     return summarize(times, quantiles)
+
+
+def host_times(fn: Callable[[], Any], *, reps: int) -> list[float]:
+    """Milliseconds each of ``reps`` runs of ``fn`` took on the host clock, after one
+    warm-up run: a CPU-only stand-in (the interpreter), not a GPU measure."""
+    import time
+
+    fn()
+    out = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - start) * 1e3)
+    return out
 
 
 def summarize(times: Sequence[float], quantiles: Sequence[float] | None) -> float | list[float]:
