@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import triton
 from learning_helpers import StepBench, run, tuner
 from typer.testing import CliRunner
 
@@ -117,6 +119,22 @@ def test_a_new_process_ranks_with_the_kernels_learned_model(home):
     assert lines["UPDATED"] == str(folder / f"{record['model']}.json")
     assert record["rows"] == 16 and record["workloads"] == 2
     assert CostModel.load(lines["UPDATED"]).n_train_rows_ > CostModel.load(path).n_train_rows_
+
+
+def test_explain_names_the_learned_model_that_ranks(home):
+    """Once learn=True taught the kernel a model, explain's header names that model (it
+    named the hook's "h200" while printing the learned model's ranking)."""
+    from costtune.tune.explain import explain_call
+
+    first = run(tuner(StepBench(), learn=True))
+    (path,) = first.learner.updated
+    second = tuner(StepBench(), learn=True)
+    m, n, k = 32, 64, 64
+    x, y = torch.randn(m, k).half(), torch.randn(k, n).half()
+    report = explain_call(second, (x, y, torch.empty(m, n), m, n, k),
+                          {"grid": lambda meta: (triton.cdiv(m, meta["BM"]),
+                                                 triton.cdiv(n, meta["BN"]))})
+    assert report.model == str(path)
 
 
 def test_a_script_that_ends_after_its_one_tuning_still_learns(home):

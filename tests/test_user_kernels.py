@@ -695,7 +695,12 @@ def test_explain_cli_runs_a_script(tmp_path):
     assert "costtune.explain: softmax_kernel" in result.output
     assert "benchmarks 3 of 12" in result.output and "ran ['extra']" in result.output
     assert "1 launch(es) explained" in result.output
+    # A plain triton.autotune kernel benchmarks all its configs in this run: said so.
+    assert "this run has no costtune hook on this kernel: it benchmarks all 12" in result.output
     assert CliRunner().invoke(app, ["explain", str(tmp_path / "nosuch.py")]).exit_code == 2
+    missing = CliRunner().invoke(app, ["explain", str(script), "--model", "/no/such.json"])
+    assert missing.exit_code == 2 and "--model /no/such.json: no model file" in missing.output
+    assert "ran" not in missing.output  # checked before the script runs
 
 
 def test_h200_script_plans_and_runs_its_cpu_parts(tmp_path, capsys):

@@ -22,11 +22,14 @@ def register(app: typer.Typer) -> None:
                 top_k: int = typer.Option(None, help="configs to benchmark [default: 8]"),
                 family: str = typer.Option(None, help="gemm | softmax | attention "
                                            "[default: told from each kernel]")) -> None:
-        """Run SCRIPT and explain each autotuned launch. Kernels keep their own costtune hook
-        unless an option is given; plain triton.autotune kernels get costtune's defaults."""
+        """Run SCRIPT and explain each autotuned launch as costtune's hook sees it: the kernel's
+        own costtune hook, or, with an option or for a plain triton.autotune kernel, the hook
+        with these options (the run itself keeps the kernel's own tuning)."""
         if not script.is_file():
             typer.echo(f"no script {script}", err=True)
             raise typer.Exit(2)
+        if model is not None:
+            _check_model(model)
         from costtune.tune.explain import explaining
         from costtune.tune.pruner import prune_configs_by
 
@@ -42,3 +45,19 @@ def register(app: typer.Typer) -> None:
         finally:
             sys.argv = argv
         typer.echo(f"costtune explain: {len(made)} launch(es) explained")
+
+
+def _check_model(model: str) -> None:
+    """Exit 2 with one line when ``--model`` names no model any family can load."""
+    from costtune.kernels import FAMILIES
+    from costtune.model import CostModel
+
+    errors = []
+    for family in FAMILIES:
+        try:
+            CostModel.load_for(model, family)
+            return
+        except Exception as exc:  # noqa: BLE001 - reported below if no family loads
+            errors.append(exc)
+    typer.echo(f"--model {model}: {errors[0]}", err=True)
+    raise typer.Exit(2)

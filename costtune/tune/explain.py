@@ -122,7 +122,9 @@ def explain_call(tuner: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *,
         kept = pruner(configs, named, **kwargs)
     decision = pruner.last
     ours = [str(w.message) for w in caught if issubclass(w.category, CosttuneWarning)]
-    out = Explanation(python_function(tuner).__name__, len(configs), str(pruner.model),
+    # What ranked: the kernel's learned model where learn=True taught it one, else the hook's.
+    out = Explanation(python_function(tuner).__name__, len(configs),
+                      decision.model or str(pruner.model),
                       pruner.top_k, len(kept), doubts=list(decision.notes),
                       warning=ours[0] if ours else None)
     try:
@@ -160,6 +162,7 @@ def explaining(*, prune: Any = None, out: TextIO | None = None) -> Iterator[list
             seen.add(key)
             try:
                 made.append(explain_call(self, args, kwargs, prune=prune))
+                made[-1].info.extend(_not_this_run(self, prune))
                 print(made[-1], file=out or sys.stdout)
             except Exception as exc:  # explaining must not stop the program
                 print(f"costtune explain: {python_function(self).__name__}: not explained "
@@ -171,6 +174,19 @@ def explaining(*, prune: Any = None, out: TextIO | None = None) -> Iterator[list
         yield made
     finally:
         Autotuner.run = original
+
+
+def _not_this_run(tuner: Any, prune: Any) -> list[str]:
+    """A note where the explanation's hook is not the one this run's launch uses."""
+    from costtune.tune.pruner import ConfigPruner
+
+    if not isinstance(tuner.early_config_prune, ConfigPruner):
+        return [f"this run has no costtune hook on this kernel: it benchmarks all "
+                f"{len(tuner.configs)} configs (or what its own early_config_prune keeps); "
+                "shown is what costtune's hook would keep"]
+    if prune is not None:
+        return ["shown with the options given; this run tunes with the kernel's own hook"]
+    return []
 
 
 def _autotuner(kernel: Any) -> Any:
@@ -216,6 +232,10 @@ def _fresh_pruner(tuner: Any, prune: Any) -> Any:
     clone.precompile = False
     clone.kernel = tuner
     clone.last = None
+    learner = getattr(tuner, "learner", None)  # learn=True: rank as its launch will, with
+    if (prune is tuner.early_config_prune and learner is not None and learner.learns
+            and getattr(clone, "kernel_dir", None) is None):  # the kernel's learned model
+        clone.kernel_dir = learner.folder()
     return clone
 
 
