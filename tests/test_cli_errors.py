@@ -207,3 +207,24 @@ def test_train_writes_to_the_user_folder_and_eval_scores_the_models_family(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemm_only.forest.npz",
                                                          "gemm_only.json", "gemm_only.ubj",
                                                          "home", "plots"]
+
+
+def test_an_unwritable_output_is_refused_before_any_work(places, monkeypatch, tmp_path):
+    """--out / --plot where nothing can be written: one line naming the option, before the
+    fit (it failed after it with xgboost's message). Root may write anywhere, so the write
+    check is made to fail as it fails for a user without the permission."""
+    import tempfile
+
+    monkeypatch.setenv("COSTTUNE_HOME", str(tmp_path / "home"))
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", denied)
+    for args in (["train", "--dataset", str(places["corrupt"]), "--out",
+                  str(tmp_path / "ro" / "m")],
+                 ["eval", "--dataset", str(places["corrupt"]), "--plot",
+                  str(tmp_path / "board.png")]):
+        line = one_line_error(CliRunner().invoke(app, args))
+        assert "cannot write in" in line and "Permission denied" in line
+        assert args[-2] in line

@@ -108,6 +108,19 @@ def test_failures_are_learned_as_worst(gemm):
     assert failing.any()
 
 
+def test_rows_of_several_gpus_are_ranked_per_gpu(gemm):
+    """A store with rows of two GPUs: each workload is one query group per GPU (a config is
+    never ranked against one timed on another GPU); one GPU: one group per workload."""
+    one = gemm.assign(gpu="NVIDIA H200")
+    two = pd.concat([one, gemm.assign(gpu="NVIDIA A100-SXM4-80GB",
+                                      time_ms=gemm["time_ms"] * 3)], ignore_index=True)
+    model = CostModel(**FAST)
+    _, _, single = model._targets(one)
+    _, _, pair = model._targets(two)
+    assert len(pair) == 2 * len(single) and sorted(pair) == sorted([*single, *single])
+    assert CostModel(**FAST).fit(two).n_train_workloads_ == 2 * len(single)
+
+
 def test_rank_is_deterministic_and_breaks_ties_by_key(gemm):
     rows = gemm[gemm["workload"] == gemm["workload"].iloc[0]]
     flat = CostModel(n_estimators=2, learning_rate=0.0).fit(gemm)  # every score equal

@@ -3,6 +3,8 @@ command may write to."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +52,18 @@ def is_shipped(path: Path) -> bool:
 
 
 def check_writable(path: Path, *, option: str) -> None:
-    """``path``'s folder exists or can be made, and ``path`` is not a folder."""
+    """``path``'s folder exists or can be made, and a file can be written there (checked
+    before any work, not after it); ``path`` is not a folder."""
     if path.is_dir():
         fail(f"{option} {path} is a folder; give a file path")
     parent = path.expanduser().absolute().parent
     existing = next((p for p in (parent, *parent.parents) if p.exists()), None)
     if existing is None or not existing.is_dir():
         fail(f"{option} {path}: {existing} is not a folder")
+    if path.exists() and not os.access(path, os.W_OK):
+        fail(f"{option} {path}: the file cannot be written (permission denied)")
+    try:  # os.access trusts root; a real write does not
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".costtune-write-check-"):
+            pass
+    except OSError as exc:
+        fail(f"{option} {path}: cannot write in {existing} ({exc.strerror or exc})")

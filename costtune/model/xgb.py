@@ -170,7 +170,7 @@ class CostModel(BaseEstimator):
     def _targets(self, data: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
         times = true_times(data)
         ok = np.isfinite(times)
-        frame = pd.DataFrame({"w": data["workload"].astype(str).to_numpy(), "t": times})
+        frame = pd.DataFrame({"w": _query_groups(data), "t": times})
         best = frame.groupby("w")["t"].transform("min").to_numpy()
         worst = frame["t"].where(ok).groupby(frame["w"]).transform("max").to_numpy()
         keep = np.isfinite(best) & (ok | (self.failures == "worst"))
@@ -354,3 +354,15 @@ def _version(package: str) -> str | None:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _query_groups(data: pd.DataFrame) -> np.ndarray:
+    """Each row's query group: its workload, and its GPU where the rows come from several (a
+    config is ranked against those timed on the same GPU, never across GPUs)."""
+    workload = data["workload"].astype(str).to_numpy()
+    if "gpu" not in data.columns:
+        return workload
+    gpu = data["gpu"].astype(str).to_numpy()
+    if len(set(gpu)) < 2:
+        return workload
+    return np.char.add(np.char.add(workload.astype(str), " @ "), gpu.astype(str))
