@@ -379,12 +379,19 @@ def test_train_on_a_harvested_store(home, tmp_path):
     assert res.exit_code == 0, res.output
     line = res.output.strip().splitlines()[-1]
     assert line.startswith("trained the per-kernel model of learned_matmul (gemm, source ")
-    assert "on 1 workloads (3 rows) -> " in line
+    assert "refitted from h200) on 1 workloads (3 rows, this store's 3 among them)" in line
     path = Path(line.rsplit(" -> ", 1)[1])
     rows = costtune.load_dataset(store)
     folder = kernel_dir("learned_matmul", rows["kernel_hash"].iloc[0], rows["gpu"].iloc[0])
     assert path.parent == folder and current_model(folder)[0] == path
-    assert json.loads((folder / "current.json").read_text())["family"] == "gemm"
+    record = json.loads((folder / "current.json").read_text())
+    assert record["family"] == "gemm" and record["method"] == "refit"
+    # Options for a model file do not apply to per-kernel models: said, nothing trained.
+    for extra in (["--out", str(tmp_path / "m")], ["--objective", "reg:logtime"],
+                  ["--suite", "all"]):
+        res = CliRunner().invoke(app, ["train", "--dataset", str(store), *extra])
+        assert res.exit_code != 0 and f"{extra[0]} do not apply" in res.output, res.output
+    assert current_model(folder)[0] == path
 
 
 def test_train_on_a_store_of_no_family(tmp_path):

@@ -42,6 +42,10 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
     from costtune.model.files import is_shipped_name, shipped_model_dir, user_model_dir
     from costtune.model.xgb import OBJECTIVES
 
+    given = [opt for opt, value, default in (
+        ("--out", out, None), ("--name", name, "model"), ("--suite", suite, "train"),
+        ("--objective", objective, "rank:pairwise"), ("--features", features, "static"))
+        if value != default]
     if suite not in SUITES:
         fail(f"--suite must be 'train' or 'all', got {suite!r}")
     if objective not in OBJECTIVES:
@@ -57,7 +61,7 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
     check_writable(out.with_suffix(".json") if out.suffix != ".json" else out, option="--out")
     data = load_rows(dataset)
     if "suite" not in data.columns and ({"family", "kernel_hash"} & set(data.columns)):
-        rows = _train_harvested(data, dataset=dataset, base=base)
+        rows = _train_harvested(data, dataset=dataset, base=base, given=given)
         if rows is None:
             return
         suite = "harvested"
@@ -104,14 +108,16 @@ def _training_rows(data, *, dataset: Path, suite: str):
     return data
 
 
-def _train_harvested(data, *, dataset: Path, base: str):
-    """Train each harvested kernel's own model (rows with a source hash); returns the rows
-    without one, relabelled as their family, for a family model (None when there are none)."""
+def _train_harvested(data, *, dataset: Path, base: str, given: list[str]):
+    """Train each harvested kernel's own model (rows with a source hash) where learn=True
+    reads it, as learn=True updates it (``given``: options that do not apply to that, an
+    error); returns the rows without one, relabelled as their family, for a family model
+    (None when there are none)."""
     import pandas as pd
 
     from costtune.kernels import FAMILIES
     from costtune.model.files import kernel_dir
-    from costtune.model.learned import update
+    from costtune.model.learned import current_model, update
 
     family = data["family"] if "family" in data else pd.Series(None, index=data.index)
     labelled = data[family.isin(FAMILIES)]
@@ -128,6 +134,10 @@ def _train_harvested(data, *, dataset: Path, base: str):
             else rows["kernel"])
     gpu = rows["gpu"].fillna("cpu").astype(str) if "gpu" in rows else "cpu"
     rows = rows.assign(_name=name, _hash=hashes, _gpu=gpu)
+    if given and (hashes != "").any():
+        fail(f"--dataset {dataset} is a harvested store: each kernel's own model is updated "
+             f"from --base {base} where learn=True reads it, as learn=True updates it; "
+             f"{', '.join(given)} do not apply to that (leave them out)")
     for (fn, digest, device, fam), group in rows[hashes != ""].groupby(
             ["_name", "_hash", "_gpu", "kernel"]):
         group = group.drop(columns=["_name", "_hash", "_gpu"])
@@ -136,9 +146,14 @@ def _train_harvested(data, *, dataset: Path, base: str):
                 path = update(kernel_dir(fn, digest, device), group, base=base, family=fam)
         except (ValueError, OSError) as exc:
             fail(f"--dataset {dataset}: {fn}: {exc}")
+        pointer = current_model(path.parent)
+        record = pointer[1] if pointer else {}
+        how = {"refit": "refitted from", "continue": "continued from"}.get(
+            record.get("method"), "updated from")
         typer.echo(f"trained the per-kernel model of {fn} ({fam}, source {digest[:12]}, "
-                   f"{device}; continued from {base}) on {group['workload'].nunique()} "
-                   f"workloads ({len(group)} rows) -> {path}")
+                   f"{device}; {how} {base}) on {record.get('workloads', '?')} workloads "
+                   f"({record.get('rows', '?')} rows, this store's {len(group)} among "
+                   f"them) -> {path}")
     rest = rows[hashes == ""].drop(columns=["_name", "_hash", "_gpu"])
     if rest.empty:
         return None
