@@ -87,6 +87,10 @@ def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["train", "--features", "x", "--dataset", c], "--features 'x'"),
         (["train", "--name", "h200", "--dataset", c], "a shipped model's name"),
         (["train", "--name", "a/b", "--dataset", c], "must be a bare name"),
+        # demo: every input before any output
+        (["demo", "--dataset", h], "has no 'suite' column"),
+        (["demo", "--model", "/no/such.json", "--dataset", str(DATASET)],
+         "--model /no/such.json: no model file"),
         # eval: the model before the dataset
         (["eval", "--model", "nosuch", "--dataset", c], "no shipped model named 'nosuch'"),
         (["eval", "--model", str(p["lonely"]), "--dataset", str(DATASET)],

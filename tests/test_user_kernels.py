@@ -727,3 +727,26 @@ def test_h200_script_plans_and_runs_its_cpu_parts(tmp_path, capsys):
     assert "| inductor_softmax | 12 |" in report and "12 / 2" in report
     with pytest.raises(SystemExit):
         script.main(["--dry-run", "--styles", "conv"])
+
+
+def test_a_user_kernel_named_like_a_suite_kernel_is_harvested_apart(tmp_path):
+    """A user's kernel named ``softmax`` is stored as ``user_softmax``: its rows never share
+    the suite's folder and workload ids (where some were dropped as already stored)."""
+    @triton.jit
+    def softmax(out_ptr, in_ptr, n_cols, BLOCK_N: tl.constexpr):
+        cols = tl.arange(0, BLOCK_N)
+        x = tl.load(in_ptr + tl.program_id(0) * n_cols + cols, mask=cols < n_cols,
+                    other=-float("inf"))
+        e = tl.exp(x - tl.max(x, 0))
+        tl.store(out_ptr + tl.program_id(0) * n_cols + cols, e / tl.sum(e, 0),
+                 mask=cols < n_cols)
+
+    tuner = triton.autotune([triton.Config({"BLOCK_N": 128}, num_warps=w) for w in (1, 2)],
+                            key=["n_cols"], do_bench=Bench())(softmax)
+    x = torch.randn(4, 100)
+    y = torch.empty_like(x)
+    with costtune.harvest(tmp_path / "h") as h:
+        tuner[(4,)](y, x, 100)
+    rows = costtune.load_dataset(tmp_path / "h")
+    assert h.errors == [] and h.rows == 2 and set(rows["kernel"]) == {"user_softmax"}
+    assert (rows["family"] == "softmax").all()

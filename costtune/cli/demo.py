@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
 
         shapes = [parse_shape(s) for s in shape]
         check_dataset(dataset)
+        measured = _gemm_rows(dataset, model)  # every input checked before any output
         import costtune
         from costtune.cli.demo_kernel import matmul_kernel, tutorial_configs
 
@@ -51,13 +52,31 @@ def register(app: typer.Typer) -> None:
                       f"costtune.autotune(top_k={top_k}, model={model!r}), no mapping: the hook "
                       "reads the tutorial's names itself. Each shape is pruned as Triton's "
                       "Autotuner prunes on a first call; nothing compiles or runs.\n")
-        measured = costtune.load_dataset(dataset, kernel="gemm")
         for i, problem in enumerate(shapes):
             kept, caught = prune_like_triton(tuner, problem)
             show_decision(console, tuner, kept, caught=caught, measured=measured,
                           first=i == 0)
         console.rule("leaderboard: `costtune eval` (TenSet top-k on the held-out test shapes)")
         print_leaderboard(dataset, model=model)
+
+
+def _gemm_rows(dataset: Path, model: str):
+    """The dataset's GEMM rows, after checking the model and the dataset as the leaderboard
+    at the end needs them: a one-line error on each bad input, before anything is shown."""
+    from costtune.cli.console import fail
+    from costtune.cli.eval import _check_model
+    from costtune.cli.inputs import load_rows
+
+    if model != "train":
+        _check_model(model)
+    data = load_rows(dataset)
+    if "suite" not in data.columns:
+        fail(f"--dataset {dataset} has no 'suite' column: the demo scores the test suite of a "
+             "collected dataset (train and test rows)")
+    gemm = data[data["kernel"] == "gemm"]
+    if gemm.empty:
+        fail(f"--dataset {dataset} holds no gemm rows: the demo prunes a GEMM")
+    return gemm
 
 
 def parse_shape(text: str) -> dict[str, int]:

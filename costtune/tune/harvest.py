@@ -38,6 +38,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from costtune.features.static import LAUNCHED
+from costtune.kernels.base import IMPLEMENTATIONS
 from costtune.tune.grid import grid_programs
 from costtune.tune.launch import (
     LaunchSpec,
@@ -50,6 +51,10 @@ from costtune.tune.launch import (
     launched_values,
 )
 
+# Kernel folders of costtune's own suite: a user's kernel of one of these names is stored as
+# user_<name>, so its rows never mix with (or are dropped as) the suite's.
+_SUITE_NAMES = frozenset({*IMPLEMENTATIONS, *(n for names in IMPLEMENTATIONS.values()
+                                                for n in names)})
 TIMING_NOTE = ("triton.autotune do_bench (or the tuner's own do_bench); outputs not checked "
                "against a reference")
 _ACTIVE: list[Harvester] = []
@@ -189,6 +194,8 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
                        all_args.get(k), bool)}
         dtype = spec.dtype or first_tensor_dtype(all_args) or "unknown"
     kernel = family if own and family else base.__name__
+    if not own and kernel in _SUITE_NAMES:  # never among the suite's rows of that name
+        kernel = f"user_{kernel}"
     workload = Workload(kernel, problem, dtype).id
     key_values = [all_args.get(k) for k in tuner.keys]
     source = source_hash(tuner.fn)
