@@ -258,3 +258,59 @@ def test_an_elementwise_maximum_is_no_reduction_and_doubts_name_each_value_once(
                "num_stages": [3.0, 3.0, 3.0], "SPLIT_K": [1.0, 1.0, 1.0]}
     (doubt,) = config_doubts("gemm", {k: torch.tensor(v).numpy() for k, v in columns.items()})
     assert doubt[1].count("BLOCK_M=16") == 1 and doubt[1].count("num_warps=2") == 1
+
+
+def test_configs_a_rule_clamps_alike_but_flags_apart_are_both_tuned_and_harvested(tmp_path):
+    """An outer rule reads the config's block before an inner rule clamps it: two configs
+    launch the same block with different EVEN_N, so neither the hook nor the harvest merges
+    them (it kept one and recorded the other's time)."""
+    inner = triton.heuristics({"TILE_N": lambda a: min(a["TILE_N"],
+                                                       triton.next_power_of_2(a["N"]))})(
+        rows_softmax)
+    kernel = triton.heuristics({"EVEN_N": lambda a: a["N"] % a["TILE_N"] == 0})(inner)
+    configs = [triton.Config({"TILE_N": n, "TILE_M": 1}) for n in (256, 512)]
+    hook = costtune.prune_configs_by(top_k=2, family="softmax")["early_config_prune"]
+    hook.kernel = kernel
+    args = {"output_ptr": torch.empty(8, 256), "input_ptr": torch.empty(8, 256), "M": 8,
+            "N": 256}
+    assert len(hook(configs, args)) == 2 and hook.last.duplicates == 0
+    tuner = triton.autotune(configs, key=["N"], do_bench=Bench())(kernel)
+    x, y = torch.randn(8, 256), torch.empty(8, 256)
+    with costtune.harvest(tmp_path / "h") as h:
+        tuner[(8,)](y, x, 8, 256)
+    rows = costtune.load_dataset(tmp_path / "h")
+    assert h.errors == [] and sorted(rows["EVEN_N"].tolist()) == [False, True]
+    assert (rows["BLOCK_N"] == 256).all()
+
+
+def test_a_refused_config_leaves_a_kernel_with_rules_pruned():
+    """A config Triton refuses (num_warps=None) beside rules: dropped with its reason, and
+    the rest still ranked to top_k (the launch key of the refused config raised, and pruning
+    fell back to benchmarking everything)."""
+    kernel = triton.heuristics({"TILE_M": lambda a: max(1, 1024 // a["TILE_N"])})(rows_softmax)
+    configs = [triton.Config({"TILE_N": n}, num_warps=w) for n in (256, 512, 1024)
+               for w in (2, 4, 8)] + [triton.Config({"TILE_N": 256}, num_warps=None)]
+    hook = costtune.prune_configs_by(top_k=2, family="softmax")["early_config_prune"]
+    hook.kernel = kernel
+    kept = hook(configs, _rows_args())
+    assert len(kept) == 2 and "error" not in hook.last.fallbacks
+    assert any("num_warps=None" in why for why in hook.last.dropped.values())
+
+
+def test_what_the_model_cannot_tell_apart_is_read_per_call():
+    """The knob split is made per call from that call's values: a later call whose rules
+    fail (every config gets the neutral rows per program) sees X as the only difference,
+    as a fresh hook does (it reused the earlier call's split)."""
+    kernel = triton.heuristics({"TILE_M": lambda a: a["X"] * (a["M"] // 256)})(rows_softmax)
+    configs = [triton.Config({"TILE_N": n, "X": x}) for n in (512, 1024) for x in (1, 2, 4)]
+
+    def prune(hook, m):
+        args = {**_rows_args(), "M": m}
+        return [c.kwargs for c in hook(configs, args)], hook.last.knobs
+
+    hook = costtune.prune_configs_by(top_k=2, family="softmax", widen=1)["early_config_prune"]
+    hook.kernel = kernel
+    prune(hook, 512)
+    fresh = costtune.prune_configs_by(top_k=2, family="softmax", widen=1)["early_config_prune"]
+    fresh.kernel = kernel
+    assert prune(hook, 128) == prune(fresh, 128)

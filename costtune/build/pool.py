@@ -13,6 +13,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import sys
+import threading
 import time
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -25,6 +26,7 @@ from costtune.build.errors import CompileResult, error_text
 from costtune.types import Config, Status
 
 _POOL: ProcessPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
 _POOL_SIZE = 0
 
 
@@ -37,6 +39,11 @@ def _lower_priority() -> None:
 def _pool(workers: int) -> ProcessPoolExecutor:
     """The shared pool with ``workers`` processes, all started now: each submit to a pool
     without idle workers starts one, and a child takes the environment at its start."""
+    with _POOL_LOCK:  # one pool made at a time (and the main module hidden once)
+        return _make_pool(workers)
+
+
+def _make_pool(workers: int) -> ProcessPoolExecutor:
     global _POOL, _POOL_SIZE
     if (_POOL is None or _POOL_SIZE != workers or getattr(_POOL, "_broken", False)
             or getattr(_POOL, "_shutdown_thread", False)):  # broken, or shut down by a caller

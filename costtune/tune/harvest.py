@@ -55,6 +55,7 @@ from costtune.tune.launch import (
 # user_<name>, so its rows never mix with (or are dropped as) the suite's.
 _SUITE_NAMES = frozenset({*IMPLEMENTATIONS, *(n for names in IMPLEMENTATIONS.values()
                                                 for n in names)})
+_SCALARS = (bool, int, float, str)  # values a stored config holds (no tensor, no None)
 TIMING_NOTE = ("triton.autotune do_bench (or the tuner's own do_bench); outputs not checked "
                "against a reference")
 _ACTIVE: list[Harvester] = []
@@ -201,10 +202,15 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
     source = source_hash(tuner.fn)
     described = describe_source(tuner)  # a static+src model reads the user's kernel by it
     rows, recorded = [], set()
+    rule_names = {name for name, _ in launch.rules} if ruled else set()
     for i, config in enumerate(configs):
-        extras = {k: ruled[i].get(k, v) if ruled else v for k, v in config.kwargs.items()
-                  if params is None or (k not in launch.rename and k not in params[i]
-                                        and k not in launch.by_rule.values())}
+        # Beside the family's parameters: the config's other values and those rules set
+        # (EVEN_K), as the launch took them: a row describes the kernel that ran.
+        own = ruled[i] if ruled else dict(config.kwargs)
+        extras = {k: v for k, v in own.items()
+                  if (k in config.kwargs or k in rule_names) and isinstance(v, _SCALARS)
+                  and (params is None or (k not in launch.rename and k not in params[i]
+                                          and k not in launch.by_rule.values()))}
         values = {**(params[i] if params else dict(config.kwargs)), **extras,
                   **launch_options(config)}
         if not params:

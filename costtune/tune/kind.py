@@ -143,12 +143,6 @@ def heuristic_rules(kernel: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def heuristic_names(kernel: Any) -> list[str]:
-    """The values ``triton.heuristics`` under the autotuner sets at each launch (their names),
-    [] without heuristics."""
-    return [name for name, _ in heuristic_rules(kernel)]
-
-
 def loops_over_programs(kernel: Any) -> bool | None:
     """Whether the kernel's source could loop over more tiles than programs (a persistent
     kernel: ``tl.num_programs``, an SM count); None when the source cannot be read."""

@@ -232,12 +232,14 @@ def heuristic_values(launch: Any, config: Any) -> dict[str, int]:
 
 
 def launched_values(launch: Any, configs: Sequence[Any]) -> list[dict[str, Any]] | None:
-    """Per config its values (kwargs, num_warps, num_stages and the other launch options) as
-    its launch passes them, after the launch's ``triton.heuristics`` rules (a rule may
-    override a config value: ``BLOCK_SIZE = next_power_of_2(n_cols)``); a config whose rules
-    fail keeps its own. None when the launch has no rules."""
+    """Per config its values as its launch passes them: kwargs, num_warps, num_stages and the
+    other launch options, after the launch's ``triton.heuristics`` rules (a rule may override
+    a config value, ``BLOCK_SIZE = next_power_of_2(n_cols)``), and every value a rule sets
+    (``EVEN_N``: two configs a rule clamps to one block may still differ there); a config
+    whose rules fail keeps its own values. None when the launch has no rules."""
     if not getattr(launch, "rules", ()):
         return None
+    names = list(dict.fromkeys(name for name, _ in launch.rules))
     out = []
     for c in configs:
         own = {**dict(c.kwargs), "num_warps": c.num_warps, "num_stages": c.num_stages,
@@ -246,16 +248,16 @@ def launched_values(launch: Any, configs: Sequence[Any]) -> list[dict[str, Any]]
             ruled = rule_outputs(launch, c)
         except Exception:  # cannot launch: refused elsewhere, with the reason
             ruled = {}
-        out.append({k: ruled.get(k, v) for k, v in own.items()})
+        own.update((k, ruled[k]) for k in names if k in ruled)
+        out.append(own)
     return out
 
 
 def values_key(values: Mapping[str, Any]) -> str:
-    """``config_key`` of a config with these values (``launched_values``' dicts)."""
-    from costtune.types import Config
-
-    return Config.from_dict({k: v for k, v in values.items()
-                             if LAUNCH_OPTION_DEFAULTS.get(k, object()) != v}).key
+    """A key equal for two ``launched_values`` dicts exactly when they launch alike (any
+    value type: a rule may give a bool or a string; a refused config's None)."""
+    return repr(sorted((str(k), repr(v)) for k, v in values.items()
+                       if LAUNCH_OPTION_DEFAULTS.get(k, object()) != v))
 
 
 def rule_outputs(launch: Any, config: Any) -> dict[str, Any]:

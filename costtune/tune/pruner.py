@@ -121,7 +121,6 @@ class ConfigPruner:
         self._params: dict[str, tuple] = {}
         self._refused: dict[int, str] = {}
         self._traits: dict[str, np.ndarray] = {}
-        self._knobs: dict[str, tuple] = {}
         self._compiled: dict = {}
         self._tuned: Any = None  # the kernel of the latest call (its source is described)
         self._args: dict[str, Any] = {}  # the latest call's arguments (stage 2 compiles them)
@@ -174,7 +173,7 @@ class ConfigPruner:
         """Canonical keys of ``configs`` (the tie-break order)."""
         if self._configs is not configs or len(self._keys) != len(configs):
             self._keys = np.array([config_key(c) for c in configs], dtype=object)
-            self._configs, self._params, self._knobs = configs, {}, {}
+            self._configs, self._params = configs, {}
             self._refused = feasibility.refuse_options(configs)
             self._traits = feasibility.launch_traits(configs)
         return self._keys
@@ -287,11 +286,10 @@ class ConfigPruner:
         live_scores = score(model, features)
         sub_order = rank_positions(live_scores, keys[alive])
         launched = launched_values(launch, configs)  # what rules leave of config values
-        if launch.family not in self._knobs or launched is not None:
-            self._knobs[launch.family] = knob_split(configs, params, values=launched)
         if launched is not None:  # configs that launch alike are benchmarked once
             self._launch_keys = [values_key(v) for v in launched]
-        known, unknown, knobs = self._knobs[launch.family]
+        # Per call: the parameters seen (fixed by the launch, set by rules) may change.
+        known, unknown, knobs = knob_split(configs, params, values=launched)
         if knobs:
             sub_order = spread_order(sub_order, known_keys=[known[i] for i in alive],
                                      unknown_keys=[unknown[i] for i in alive])
