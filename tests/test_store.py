@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -146,6 +147,14 @@ def test_load_dataset_accepts_root_kernel_folder_or_part(tmp_path):
     assert load_dataset(part, kernel="softmax").empty
     with pytest.raises(FileNotFoundError):
         load_dataset(tmp_path / "missing")
+    # A kernel name the store does not hold: empty, and said (a typo is not silent); a suite
+    # kernel not stored yet (a collection's first part) is empty without a word.
+    with pytest.warns(costtune.store.StoreWarning,
+                      match="no kernel 'softmx' in .*: it holds gemm, softmax"):
+        assert load_dataset(tmp_path, kernel="softmx").empty
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_dataset(tmp_path, kernel="attention").empty
 
 
 def test_corrupt_part_names_the_file(tmp_path):

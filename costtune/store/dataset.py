@@ -292,11 +292,27 @@ def load_dataset(path: str | os.PathLike, *, kernel: str | None = None,
             df = load_parts(own, dedupe=dedupe, gpu=gpu, on_bad_part=on_bad_part)
         else:
             df = store.load(kernel, dedupe=dedupe, gpu=gpu)
+            _warn_unknown_kernel(store, kernel)
     else:
         raise FileNotFoundError(f"no dataset at {path}")
     if kernel is not None and not df.empty:
         df = df[df["kernel"] == kernel].reset_index(drop=True)
     return df
+
+
+def _warn_unknown_kernel(store: Store, kernel: str | None) -> None:
+    """A StoreWarning when ``kernel`` names no folder of a store that holds others and is no
+    suite kernel's name either (a typo; a collection may load a suite kernel's rows before
+    its first part exists)."""
+    if kernel is None:
+        return
+    from costtune.kernels.base import IMPLEMENTATIONS
+
+    held = store.kernels()
+    suite = {*IMPLEMENTATIONS, *(n for names in IMPLEMENTATIONS.values() for n in names)}
+    if held and kernel not in held and kernel not in suite:
+        warnings.warn(f"no kernel {kernel!r} in {store.root}: it holds {', '.join(held)}",
+                      StoreWarning, stacklevel=3)
 
 
 def _subdirs(root: Path) -> list[Path]:
