@@ -36,12 +36,15 @@ def register(app: typer.Typer) -> None:
                                              help="M,N,K of one fp16 matmul (repeatable)")
              ) -> None:
         """Prune a tutorial matmul's 384 configs on a CPU, show why, print the leaderboard."""
-        from costtune.cli.console import console
-        from costtune.cli.eval import check_dataset, print_leaderboard
+        from costtune.cli.console import console, fail
+        from costtune.cli.eval import check_dataset, print_leaderboard, scored_rows
 
         shapes = [parse_shape(s) for s in shape]
         check_dataset(dataset)
-        measured = _gemm_rows(dataset, model)  # every input checked before any output
+        data = scored_rows(dataset, model)  # every input checked before any output
+        measured = data[data["kernel"] == "gemm"]
+        if measured.empty:
+            fail(f"--dataset {dataset} holds no gemm rows: the demo prunes a GEMM")
         import costtune
         from costtune.cli.demo_kernel import matmul_kernel, tutorial_configs
 
@@ -57,26 +60,7 @@ def register(app: typer.Typer) -> None:
             show_decision(console, tuner, kept, caught=caught, measured=measured,
                           first=i == 0)
         console.rule("leaderboard: `costtune eval` (TenSet top-k on the held-out test shapes)")
-        print_leaderboard(dataset, model=model)
-
-
-def _gemm_rows(dataset: Path, model: str):
-    """The dataset's GEMM rows, after checking the model and the dataset as the leaderboard
-    at the end needs them: a one-line error on each bad input, before anything is shown."""
-    from costtune.cli.console import fail
-    from costtune.cli.eval import _check_model
-    from costtune.cli.inputs import load_rows
-
-    if model != "train":
-        _check_model(model)
-    data = load_rows(dataset)
-    if "suite" not in data.columns:
-        fail(f"--dataset {dataset} has no 'suite' column: the demo scores the test suite of a "
-             "collected dataset (train and test rows)")
-    gemm = data[data["kernel"] == "gemm"]
-    if gemm.empty:
-        fail(f"--dataset {dataset} holds no gemm rows: the demo prunes a GEMM")
-    return gemm
+        print_leaderboard(dataset, model=model, data=data)
 
 
 def parse_shape(text: str) -> dict[str, int]:

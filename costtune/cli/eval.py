@@ -41,18 +41,26 @@ def check_dataset(dataset: Path) -> None:
              "root; pass --dataset DIR)")
 
 
-def print_leaderboard(dataset: Path, *, model: str = "h200", as_json: bool = False
-                      ) -> dict[str, Any]:
-    """Score ``model`` and every baseline on the test suite of ``dataset`` and print the
-    leaderboard (a table, or JSON); returns it. Shared by `costtune eval` and `costtune demo`.
-    ``model="train"`` fits the default model on the train suite first; every bad input is a
-    one-line error."""
+def scored_rows(dataset: Path, model: str) -> Any:
+    """The rows of ``dataset`` the leaderboard scores ``model`` on, after checking both: a
+    one-line error on each bad input, before any work."""
     if model != "train":
-        _check_model(model)
+        check_model(model)
     data = load_rows(dataset)
     if "suite" not in data.columns:
         fail(f"--dataset {dataset} has no 'suite' column: eval scores the test suite of a "
              "collected dataset (train and test rows)")
+    return data
+
+
+def print_leaderboard(dataset: Path, *, model: str = "h200", as_json: bool = False,
+                      data: Any = None) -> dict[str, Any]:
+    """Score ``model`` and every baseline on the test suite of ``dataset`` and print the
+    leaderboard (a table, or JSON); returns it. Shared by `costtune eval` and `costtune demo`.
+    ``model="train"`` fits the default model on the train suite first; every bad input is a
+    one-line error. ``data``: ``scored_rows(dataset, model)`` where the caller has them."""
+    if data is None:
+        data = scored_rows(dataset, model)
     if model != "train":
         data = _served(data, model)
     from costtune.evaluate import format_leaderboard, leaderboard
@@ -66,7 +74,7 @@ def print_leaderboard(dataset: Path, *, model: str = "h200", as_json: bool = Fal
     return board
 
 
-def _check_model(model: str) -> None:
+def check_model(model: str) -> None:
     from costtune.model.files import resolve
 
     try:

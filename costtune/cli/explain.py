@@ -29,7 +29,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"no script {script}", err=True)
             raise typer.Exit(2)
         if model is not None:
-            _check_model(model)
+            from costtune.cli.eval import check_model
+
+            check_model(model)
         from costtune.tune.explain import explaining
         from costtune.tune.pruner import prune_configs_by
 
@@ -46,18 +48,3 @@ def register(app: typer.Typer) -> None:
             sys.argv = argv
         typer.echo(f"costtune explain: {len(made)} launch(es) explained")
 
-
-def _check_model(model: str) -> None:
-    """Exit 2 with one line when ``--model`` names no model any family can load."""
-    from costtune.kernels import FAMILIES
-    from costtune.model import CostModel
-
-    errors = []
-    for family in FAMILIES:
-        try:
-            CostModel.load_for(model, family)
-            return
-        except Exception as exc:  # noqa: BLE001 - reported below if no family loads
-            errors.append(exc)
-    typer.echo(f"--model {model}: {errors[0]}", err=True)
-    raise typer.Exit(2)

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from costtune.tune.kind import KernelKind, python_function
+from costtune.tune.kind import KernelKind, heuristic_rules, python_function
 from costtune.tune.launch import (
     Launch,
     NotApplicable,
@@ -103,7 +103,7 @@ def explain(kernel: Any, *args: Any, grid: Any = None, prune: Any = None,
     """
     tuner = _autotuner(kernel)
     named = dict(zip(tuner.arg_names, args))
-    for name, rule in _rules_above(kernel, tuner):  # as Heuristics.run, outer first
+    for name, rule in heuristic_rules(kernel, stop=tuner):  # rules over the autotuner
         kwargs[name] = rule({**named, **kwargs})
     report = explain_call(tuner, args, {**kwargs, "grid": grid}, prune=prune)
     print(report)
@@ -199,18 +199,6 @@ def _autotuner(kernel: Any) -> Any:
         fn = getattr(fn, "fn", None)
     raise ValueError(f"explain needs a triton.autotune (or costtune.autotune) kernel, got "
                      f"{type(kernel).__name__}")
-
-
-def _rules_above(kernel: Any, tuner: Any) -> list[tuple[str, Any]]:
-    """(name, rule) of the ``triton.heuristics`` between ``kernel`` and its autotuner, outer
-    first."""
-    out, fn = [], kernel
-    while fn is not tuner and fn is not None:
-        values = getattr(fn, "values", None)
-        if isinstance(values, dict) and all(callable(v) for v in values.values()):
-            out += list(values.items())
-        fn = getattr(fn, "fn", None)
-    return out
 
 
 def _fresh_pruner(tuner: Any, prune: Any) -> Any:

@@ -127,13 +127,16 @@ def splits_k(kernel: Any) -> bool | None:
     return _source_has(kernel, r"(?i)atomic_add|split_?k|k_?splits?|num_splits")
 
 
-def heuristic_rules(kernel: Any) -> list[tuple[str, Any]]:
-    """(name, rule) of every ``triton.heuristics`` value under the autotuner, outer first:
-    the order Triton's ``Heuristics.run`` applies them at each launch, each rule reading the
-    call's arguments, the config's values and the values set before it. [] without any."""
+def heuristic_rules(kernel: Any, *, stop: Any = None) -> list[tuple[str, Any]]:
+    """(name, rule) of every ``triton.heuristics`` value under ``kernel`` (down to ``stop``,
+    e.g. the autotuner under rules placed over it), outer first: the order Triton's
+    ``Heuristics.run`` applies them at each launch, each rule reading the call's arguments,
+    the config's values and the values set before it. [] without any."""
     out: list[tuple[str, Any]] = []
     obj = kernel
     for _ in range(8):
+        if obj is stop:
+            break
         values = getattr(obj, "values", None)
         if isinstance(values, dict) and all(callable(v) for v in values.values()):
             out += [(str(k), v) for k, v in values.items()]

@@ -124,6 +124,8 @@ class Launch:
     by_rule: dict[str, str] = field(default_factory=dict)
     rules: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
     rule_args: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # The rules' outputs per config (id) of this call, evaluated once (``names.rule_outputs``)
+    outputs: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 def call_args(named_args: Mapping[str, Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -175,7 +177,8 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
         if keys_len is not None and keys_len != problem["S"]:
             doubts = (*doubts, ("problem", f"cross-attention: {keys_len} keys for "
                                 f"{problem['S']} queries; the attention model saw S of both"))
-        by_rule, doubt = _evaluated(family, pm, configs, rules, args)
+        outputs: dict[int, Any] = {}  # the rules' outputs, shared with the launch
+        by_rule, doubt = _evaluated(family, pm, configs, rules, args, outputs)
         if doubt is not None and set(pm.by_rule) & set(FAMILY_PARAMS[family][0]):
             failures.append(("params", doubt))  # a required parameter nothing else gives
             continue
@@ -190,7 +193,8 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
         launch = Launch(family, problem, dtype, pm.rename, pm.meta, origin, pm.knobs,
                         pm.unknown, kind, doubts, by_rule=by_rule,
                         rules=rules if doubt is None else (),
-                        rule_args=dict(args) if rules and doubt is None else {})
+                        rule_args=dict(args) if rules and doubt is None else {},
+                        outputs=outputs)
         if grid is None:
             return launch
         from costtune.tune.grid import with_grid
@@ -204,14 +208,16 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
 
 
 def _evaluated(family: str, pm: Any, configs: Sequence[Any], rules: Sequence[tuple[str, Any]],
-               args: Mapping[str, Any]) -> tuple[dict[str, str], str | None]:
+               args: Mapping[str, Any], outputs: dict[int, Any]
+               ) -> tuple[dict[str, str], str | None]:
     """The family parameters ``triton.heuristics`` sets (parameter -> rule name) when the
     kernel's rules evaluate for some config (one whose rules fail cannot launch: the hook
     drops it); else none and why not (the parameters then take their neutral value, or the
     family is not read when one is required)."""
     if not rules:
         return {}, None
-    probe = Launch(family, {}, "", by_rule=pm.by_rule, rules=tuple(rules), rule_args=dict(args))
+    probe = Launch(family, {}, "", by_rule=pm.by_rule, rules=tuple(rules), rule_args=dict(args),
+                   outputs=outputs)
     values, failed = rule_values(probe, configs)
     if len(failed) < len(values):
         return dict(pm.by_rule), None

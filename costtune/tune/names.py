@@ -264,11 +264,24 @@ def rule_outputs(launch: Any, config: Any) -> dict[str, Any]:
     """What ``config``'s launch passes the kernel: the call's arguments and the config's
     values (launch options included) after every ``triton.heuristics`` rule, outer first, set
     its value from them and the values set before it (Triton's ``Heuristics.run``); a rule's
-    exception propagates."""
+    exception propagates. Kept in the launch's ``outputs`` (per config, for its one call)."""
+    memo = getattr(launch, "outputs", None)  # once per config and launch: several readers
+    done = memo.get(id(config)) if memo is not None else None
+    if isinstance(done, Exception):
+        raise done
+    if done is not None:
+        return dict(done)
     kw = {**launch.rule_args, **_all_kwargs(config)}
-    for name, rule in launch.rules:
-        kw[name] = rule(kw)
-    return kw
+    try:
+        for name, rule in launch.rules:
+            kw[name] = rule(kw)
+    except Exception as exc:
+        if memo is not None:
+            memo[id(config)] = exc
+        raise
+    if memo is not None:
+        memo[id(config)] = kw
+    return dict(kw)
 
 
 def _all_kwargs(config: Any) -> dict[str, Any]:
