@@ -314,3 +314,27 @@ def test_what_the_model_cannot_tell_apart_is_read_per_call():
     fresh = costtune.prune_configs_by(top_k=2, family="softmax", widen=1)["early_config_prune"]
     fresh.kernel = kernel
     assert prune(hook, 128) == prune(fresh, 128)
+
+
+def test_warp_specialization_a_rule_sets_counts_in_the_shared_memory_check():
+    """A rule may turn warp specialization on (``WARP_SPECIALIZE``): the shared-memory floor
+    is then the warp-specialized one, as when the flag is in the configs, so a config whose
+    plain pipeline would overflow is not dropped on the plain floor."""
+    from helpers import masked_tile_matmul
+
+    big = triton.Config({"BM": 32, "BN": 256, "BK": 256}, num_warps=4, num_stages=5)
+    configs = [big] + [triton.Config({"BM": 64, "BN": n, "BK": 32}, num_warps=4,
+                                     num_stages=3) for n in (64, 128)]
+    m = n = k = 1024
+    args = {"x": torch.empty(m, k, dtype=torch.float16),
+            "y": torch.empty(k, n, dtype=torch.float16), "out": torch.empty(m, n),
+            "m": m, "n": n, "k": k}
+    dropped = {}
+    for ws in (False, True):
+        kernel = triton.heuristics({"WARP_SPECIALIZE": lambda a, ws=ws: ws})(masked_tile_matmul)
+        hook = costtune.prune_configs_by(top_k=3, family="gemm")["early_config_prune"]
+        hook.kernel = kernel
+        hook(configs, args)
+        dropped[ws] = hook.last.dropped
+    assert any("shared memory" in why for why in dropped[False].values())
+    assert dropped[True] == {}

@@ -860,6 +860,14 @@ def even_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.c
 even = kernel_compiled_table(even_matmul, args, configs[:2], cache_dir=sys.argv[2], workers=2,
                              memo={}, arch=90)
 out["heuristics_status"] = even["compile_status"].tolist()
+# A rule may set a launch option from the config's own (Triton passes them to rules).
+doubled = triton.heuristics({"num_warps": lambda a: 2 * a["num_warps"]})(even_matmul)
+twice = kernel_compiled_table(doubled, args, configs[:1], cache_dir=sys.argv[2], workers=2,
+                              memo={}, arch=90)
+at8 = kernel_compiled_table(even_matmul, args, [triton.Config(dict(configs[0].kwargs),
+                                                              num_warps=8, num_stages=2)],
+                            cache_dir=sys.argv[2], workers=2, memo={}, arch=90)
+out["rule_warps"] = [twice["compile_status"][0], twice["compile_key"][0] == at8["compile_key"][0]]
 model = CostModel.load(sys.argv[1])
 pruner = costtune.prune_configs_by(
     model, 1, family="gemm", problem={"M": "m", "N": "n", "K": "k"},
@@ -902,6 +910,7 @@ def test_stage2_compiles_the_users_own_kernel(train_rows, tmp_path):
     assert out["hooked_status"] == ["ok", "ok"] and out["caller_block"] == [8, 8]
     assert out["hooked_shared"][1] > out["hooked_shared"][0] > 0
     assert out["heuristics_status"] == ["ok", "ok"]  # EVEN_K from its @triton.heuristics
+    assert out["rule_warps"] == ["ok", True]  # compiled at the 8 warps the rule sets
 
 
 def test_two_stage_falls_back_to_our_kernel(train_rows, monkeypatch, tmp_path):

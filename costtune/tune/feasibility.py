@@ -238,13 +238,17 @@ def invalid_sizes(family: str, params: Sequence[Mapping[str, Any]]) -> dict[int,
     return out
 
 
-def launch_traits(configs: Sequence[Any]) -> dict[str, np.ndarray]:
+def launch_traits(configs: Sequence[Any], values: Sequence[Mapping[str, Any]] | None = None
+                  ) -> dict[str, np.ndarray]:
     """Per config what changes how a kernel buffers its tiles but is no family parameter:
-    ``warp_specialize`` (1 where a kwarg of that name, any case, is true) and ``num_ctas``."""
-    ws = [any(k.lower() == "warp_specialize" and bool(v) for k, v in c.kwargs.items())
-          for c in configs]
-    ctas = [getattr(c, "num_ctas", 1) if _is_int(getattr(c, "num_ctas", 1)) else 1
-            for c in configs]
+    ``warp_specialize`` (1 where a kwarg of that name, any case, is true) and ``num_ctas``;
+    from ``values`` where given (``names.launched_values``: after ``triton.heuristics``
+    rules, which may set either)."""
+    values = values or [{**dict(c.kwargs), "num_ctas": getattr(c, "num_ctas", 1)}
+                        for c in configs]
+    ws = [any(k.lower() == "warp_specialize" and bool(v) for k, v in vals.items())
+          for vals in values]
+    ctas = [vals.get("num_ctas") if _is_int(vals.get("num_ctas")) else 1 for vals in values]
     return {"warp_specialize": np.array(ws, dtype=float), "num_ctas": np.array(ctas, float)}
 
 

@@ -231,8 +231,10 @@ class ConfigPruner:
         live = set(alive.tolist())
         more = {i: why for i, why in invalid.items() if i in live}
         ok = np.array([i for i in alive if i not in invalid], dtype=int)
+        traits = (self._traits if not launch.rules else  # rules may set warp_specialize
+                  feasibility.launch_traits(configs, launched_values(launch, configs)))
         more.update(feasibility.over_limit_at(launch, columns, ok, args=args,
-                                              traits=self._traits, target=current()))
+                                              traits=traits, target=current()))
         if more:
             refused.update(more)
             if len(refused) == len(allowed):

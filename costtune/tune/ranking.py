@@ -109,21 +109,21 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
         raise RuntimeError("Triton's interpreter is on: no kernel compiles in this process")
     jit = jit_function(fn)
     heuristics = heuristic_rules(fn)
-    taken = {k: v for k, v in args.items() if k in jit.arg_names}
     arch = arch or current_arch()
     jobs = []
     for config in configs:
-        kwargs = {**taken, **dict(config.kwargs)}
-        if config.pre_hook is not None:  # e.g. descriptors' block shapes (Triton's tutorials)
-            kwargs = {k: v for k, v in hooked_args(args, config).items()
-                      if k in jit.arg_names}
-        for name, rule in heuristics:  # @triton.heuristics values, as its run adds them
-            kwargs[name] = rule({**args, **kwargs})
-        for option in ("num_ctas", "maxnreg"):
-            if getattr(config, option, None) is not None:
-                kwargs[option] = getattr(config, option)
+        # As Triton's launch: the config's values and launch options, after its pre_hook
+        # (descriptors' block shapes, Triton's tutorials), then each @triton.heuristics rule,
+        # outer first, which may also set num_warps / num_stages / num_ctas.
+        full = ({**args, **config.all_kwargs()} if config.pre_hook is None
+                else hooked_args(args, config))
+        for name, rule in heuristics:
+            full[name] = rule(dict(full))
+        kwargs = {k: v for k, v in full.items()
+                  if k in jit.arg_names or (k in ("num_ctas", "maxnreg") and v is not None)}
         call = KernelCall(fn=jit, grid=(1,), args=(), kwargs=kwargs,
-                          num_warps=config.num_warps, num_stages=config.num_stages)
+                          num_warps=full.get("num_warps", config.num_warps),
+                          num_stages=full.get("num_stages", config.num_stages))
         job = specialize(call, arch=arch)
         job.fn = jit  # compiled here, in threads, from the object itself
         jobs.append(job)
