@@ -212,6 +212,31 @@ def test_check_rejects_nan_without_a_majority():
     assert "NaN" in next(iter(tuner.rejected.values()))
 
 
+def test_check_rejects_nan_even_when_most_configs_give_it():
+    """NaN where another config is finite cannot win, also when the NaN configs outnumber
+    the finite one (they agreed with each other and out-voted it)."""
+    configs = [triton.Config({"BLOCK": 16, "BUG": 2}), triton.Config({"BLOCK": 32, "BUG": 2}),
+               triton.Config({"BLOCK": 64, "BUG": 0})]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tuner = scale_tuner(configs, Bench(), check=True)
+        x, out = run_scale(tuner)
+    assert tuner.best_config is configs[2] and torch.allclose(out, 2 * x)
+    assert len(tuner.rejected) == 2 and all("NaN" in v for v in tuner.rejected.values())
+
+
+def test_a_reference_of_another_shape_is_an_error():
+    for reference in (lambda args: args["x"][:10], lambda args: {"out": args["x"][:10]}):
+        tuner = scale_tuner(SCALE, Bench(), check={"outputs": ["out"], "reference": reference})
+        with warnings.catch_warnings(), pytest.raises(ValueError, match=r"shape \(10,\).*\(100,\)"):
+            warnings.simplefilter("ignore")
+            run_scale(tuner)
+    tuner = scale_tuner(SCALE, Bench(), check={"reference": lambda args: args["x"][:10]})
+    with warnings.catch_warnings(), pytest.raises(ValueError, match="kernel's out has shape"):
+        warnings.simplefilter("ignore")
+        run_scale(tuner)
+
+
 @triton.jit
 def _add_one_in_place(x, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -231,6 +256,33 @@ def test_check_restores_inputs_for_in_place_kernels():
         warnings.simplefilter("ignore")
         tuner[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, 100)
     assert tuner.rejected == {} and torch.equal(x, before + 1)
+
+
+@triton.jit
+def _scale_in_place(x, n, BLOCK: tl.constexpr, BUG: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(x + offs, mask=mask) * 2.0
+    if BUG == 1:
+        v = v + 0.5
+    tl.store(x + offs, v, mask=mask)
+
+
+@pytest.mark.parametrize("check", [True, {"reference": lambda args: 2 * args["x"]}])
+def test_check_sees_in_place_outputs_that_restore_value_puts_back(check):
+    """restore_value's post_hook puts x back after every launch: the check reads the outputs
+    before it (it saw none, so a wrong in-place config, benchmarked fastest, won)."""
+    configs = [triton.Config({"BLOCK": 16, "BUG": 1})] + [
+        triton.Config({"BLOCK": b, "BUG": 0}) for b in (32, 64)]
+    tuner = costtune.autotune(configs, key=["n"], do_bench=Bench(), check=check,
+                              restore_value=["x"])(_scale_in_place)
+    x = torch.randn(100)
+    before = x.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tuner[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, 100)
+    assert tuner.best_config is not configs[0] and torch.allclose(x, 2 * before)
+    assert list(tuner.rejected) == [Config.from_triton(configs[0]).key]
 
 
 def test_warnings_never_raise_into_the_call(caplog):

@@ -18,11 +18,14 @@ outputs disagree (NaN where the others are finite, a large error) cannot win.
   ``||a - b|| <= rtol * max(||a||, ||b||) + atol * sqrt(numel)`` (default rtol 1e-2, 5e-2 for
   bfloat16, 1e-1 for 8-bit floats; atol 0; integer and bool outputs must match exactly).
 
-Votes: outputs that agree form a group; the largest group, if it holds more than half of the
-configs that ran, is right and every config outside it is wrong. With fewer than three voters
-``costtune.autotune`` launches more configs (untimed) to vote. Without a majority, only
-configs with NaN/inf where another config is finite are rejected. Every input tensor is put back
-as it was before each check launch and after the last, so in-place kernels see the same inputs.
+Votes: a config with NaN/inf where another config is finite is wrong, however many agree
+with it; among the others, outputs that agree form a group, and the largest group, if it holds
+more than half of them, is right and every config outside it is wrong. With fewer than three
+voters ``costtune.autotune`` launches more configs (untimed) to vote. Every input tensor is put
+back as it was before each check launch and after the last, so in-place kernels see the same
+inputs; outputs are read right after the launch, before autotune's post_hook (``restore_value``
+puts in-place outputs back there). A reference whose tensors have other shapes than the
+kernel's outputs is a ValueError.
 
 >>> spec = check_spec({"outputs": ["c_ptr"], "rtol": 1e-3})
 >>> spec.outputs, spec.rtol
@@ -157,24 +160,29 @@ class OutputGuard:
         got = self.spec.reference({**args, **{k: v.clone() for k, v in self.before.items()}})
         names = list(self.spec.outputs or ())
         if isinstance(got, Mapping):
-            return {k: v for k, v in got.items()}
-        got = [got] if _is_tensor(got) else list(got)
-        if not names and len(got) == 1:
-            return {"": got[0]}  # matched to the one output the launches write
-        if len(got) != len(names):
-            raise ValueError(f"check reference returned {len(got)} tensors for outputs "
-                             f"{names}; name the outputs with check={{'outputs': [...]}}")
-        return dict(zip(names, got))
-
-    def record(self, name: str, launch: Callable[[], Any]) -> None:
-        """Run ``launch`` (one launch of config ``name``) on the original inputs and judge or
-        group its outputs."""
-        self.restore()
-        launch()
-        if self.spec.outputs is not None:
-            out = {k: self.tensors[k].clone() for k in self.spec.outputs}
+            expected = dict(got.items())
         else:
-            out = {k: t.clone() for k, t in self.tensors.items() if not _same(t, self.before[k])}
+            got = [got] if _is_tensor(got) else list(got)
+            if not names and len(got) == 1:
+                return {"": got[0]}  # matched to the one output the launches write
+            if len(got) != len(names):
+                raise ValueError(f"check reference returned {len(got)} tensors for outputs "
+                                 f"{names}; name the outputs with check={{'outputs': [...]}}")
+            expected = dict(zip(names, got))
+        for name, ref in expected.items():
+            if name in self.tensors:
+                _check_shape(name, ref, self.tensors[name])
+        return expected
+
+    def record(self, name: str, launch: Callable[[Callable[[], None]], Any]) -> None:
+        """Run ``launch`` (one launch of config ``name``) on the original inputs and judge or
+        group its outputs. ``launch`` gets a callable to run right after the kernel and
+        before any post-launch hook: the outputs are read there (autotune's
+        ``restore_value`` puts in-place outputs back in its post_hook)."""
+        self.restore()
+        taken: list[dict[str, Any]] = []
+        launch(lambda: taken.append(self._outputs()))
+        out = taken[0] if taken else self._outputs()
         self.records[name] = _finite(out)
         if self._expected is not None:
             why = self._against_reference(out)
@@ -187,6 +195,11 @@ class OutputGuard:
                 return
         if len(self.groups) < MAX_GROUPS:
             self.groups.append((out, [name]))
+
+    def _outputs(self) -> dict[str, Any]:
+        if self.spec.outputs is not None:
+            return {k: self.tensors[k].clone() for k in self.spec.outputs}
+        return {k: t.clone() for k, t in self.tensors.items() if not _same(t, self.before[k])}
 
     def _value(self, outputs: Mapping[str, Any], name: str) -> Any:
         return outputs[name] if name in outputs else self.before[name]
@@ -206,39 +219,55 @@ class OutputGuard:
             got = self._value(out, name) if name in self.tensors else None
             if got is None:
                 return f"the reference names {name!r}, not a tensor argument"
+            _check_shape(name, ref, got)
             if not _agree(got, ref, rtol=self.spec.rtol, atol=self.spec.atol):
                 what = "NaN/inf" if not _finite({name: got}) else "a large error"
                 return f"{name} has {what} against the reference"
         return ""
 
     def judge(self) -> dict[str, str]:
-        """{config: why it is wrong} over every config recorded so far."""
+        """{config: why it is wrong} over every config recorded so far: NaN/inf where another
+        config is finite first, then the majority vote among the others."""
         if self._expected is not None:
             return dict(self.wrong)
-        names = list(self.records)
+        out = self._non_finite()
+        voters = [n for n in self.records if n not in out]
         grouped = {m for _, members in self.groups for m in members}
-        biggest = max(self.groups, key=lambda g: len(g[1]), default=None)
-        out = {}
-        if biggest is not None and 2 * len(biggest[1]) > len(names):
-            for name in names:
-                if name not in biggest[1]:
+        biggest = self._biggest(out)
+        if 2 * len(biggest) > len(voters):
+            for name in voters:
+                if name not in biggest:
                     detail = "" if name in grouped else " (one of too many distinct outputs)"
-                    out[name] = (f"its outputs disagree with {len(biggest[1])} of "
-                                 f"{len(names)} configs{detail}")
-            return out
-        if any(self.records[n] for n in names):
-            for name in names:
-                if not self.records[name]:
-                    out[name] = "NaN/inf in its outputs where other configs are finite"
+                    out[name] = (f"its outputs disagree with {len(biggest)} of "
+                                 f"{len(voters)} configs{detail}")
         return out
+
+    def _non_finite(self) -> dict[str, str]:
+        if not any(self.records.values()):
+            return {}
+        return {n: "NaN/inf in its outputs where other configs are finite"
+                for n, finite in self.records.items() if not finite}
+
+    def _biggest(self, excluded: Mapping[str, str]) -> list[str]:
+        groups = [[m for m in members if m not in excluded] for _, members in self.groups]
+        return max(groups, key=len, default=[])
 
     @property
     def decided(self) -> bool:
         """Whether the votes so far give a majority (always with a reference)."""
         if self._expected is not None:
             return True
-        biggest = max((len(m) for _, m in self.groups), default=0)
-        return 2 * biggest > len(self.records)
+        out = self._non_finite()
+        return 2 * len(self._biggest(out)) > len(self.records) - len(out)
+
+
+def _check_shape(name: str, ref: Any, got: Any) -> None:
+    """ValueError when the reference's ``name`` cannot be compared with the kernel's."""
+    shape = getattr(ref, "shape", None)
+    if shape is None or tuple(shape) != tuple(got.shape):
+        what = f"shape {tuple(shape)}" if shape is not None else type(ref).__name__
+        raise ValueError(f"check reference gives {name or 'its output'} as {what}, but the "
+                         f"kernel's {name or 'output'} has shape {tuple(got.shape)}")
 
 
 def _same(a: Any, b: Any) -> bool:

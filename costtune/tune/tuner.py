@@ -206,7 +206,8 @@ class SafeAutotuner(Autotuner):
         wrong = guard.judge() if guard is not None else {}
         good = [c for c in ran if config_text(c) not in wrong]
         self._report(ran if adaptive and ran else kept, failed, wrong, good)
-        return good or ran or kept
+        finite = [c for c in ran if guard is not None and guard.records.get(config_text(c))]
+        return good or finite or ran or kept
 
     def _adapt(self, kept: list[Any], args: tuple, kwargs: dict, *, ran: list[Any],
                failed: dict[str, str], guard: OutputGuard | None) -> None:
@@ -261,7 +262,8 @@ class SafeAutotuner(Autotuner):
             self._timed[id(config)] = timing
             ran.append(config)
             if guard is not None and text not in guard.records:
-                guard.record(text, lambda c=config: self._launch_once(c, args, kwargs))
+                guard.record(text, lambda taken, c=config: self._launch_once(c, args, kwargs,
+                                                                             taken))
 
     def _vote(self, guard: OutputGuard, reserve: list[Any], args: tuple, kwargs: dict) -> None:
         """Launch more configs (untimed, not removed from the reserve) until there are enough
@@ -274,13 +276,15 @@ class SafeAutotuner(Autotuner):
             if text in guard.records:
                 continue
             try:
-                guard.record(text, lambda c=config: self._launch_once(c, args, kwargs))
+                guard.record(text, lambda taken, c=config: self._launch_once(c, args, kwargs,
+                                                                             taken))
                 extra += 1
             except Exception:  # a voter that cannot launch says nothing
                 continue
 
-    def _launch_once(self, config: Any, args: tuple, kwargs: dict) -> None:
-        """One launch of ``config`` with the hooks Triton's benchmark runs around it."""
+    def _launch_once(self, config: Any, args: tuple, kwargs: dict, taken: Any = None) -> None:
+        """One launch of ``config`` with the hooks Triton's benchmark runs around it;
+        ``taken()`` runs between the launch and the post_hook (which may restore outputs)."""
         current = dict(kwargs, **config.all_kwargs())
         full = {**self.nargs, **current}
         if config.pre_hook:
@@ -289,6 +293,8 @@ class SafeAutotuner(Autotuner):
         exception = None
         try:
             self.fn.run(*args, **current)
+            if taken is not None:
+                taken()
         except Exception as exc:
             exception = exc
             raise
