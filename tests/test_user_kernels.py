@@ -326,23 +326,57 @@ def test_your_early_config_prune_runs_first_and_what_it_drops_is_never_run():
     assert bench.calls == 4 and last.k == 4
     launch_tile_matmul(tuner, 40, 40, 64)  # a new key: the filter runs again
     assert seen == [24, 40] and tuner.early_config_prune.last.filtered == 4
-    # Through triton.autotune: the dict carries the filter; foreign or no configs are said.
-    pruner = costtune.prune_configs_by(top_k=2, family="gemm", early_config_prune=lambda c, a,
-                                       **kw: [triton.Config({"BM": 128, "BN": 16, "BK": 32})]
-                                       )["early_config_prune"]
+    # Through triton.autotune: the dict carries the filter. One that returns configs of its
+    # own (Triton's old prune_num_stages rebuilt them) has its result ranked, as Triton would
+    # benchmark it; one that returns nothing is an error, as under Triton.
     args = {"x": torch.empty(24, 64).half(), "y": torch.empty(64, 40).half(), "M": 24,
             "N": 40, "K": 64}
-    # Only configs of its own (a rewriting filter): none of the list to rank, an error as
-    # under Triton; some of the list and some of its own: the list's, with a warning.
-    with pytest.raises(ValueError, match="kept none of the 12 configs .it returned configs"):
-        pruner(configs, args)
-    pruner = costtune.prune_configs_by(top_k=2, family="gemm", early_config_prune=lambda c, a,
-                                       **kw: [c[0], triton.Config({"BM": 128, "BN": 16,
-                                                                   "BK": 32})]
-                                       )["early_config_prune"]
-    with pytest.warns(CosttuneWarning, match="returned 1 config.s. not in the list"):
+    own = [triton.Config({"BM": 16, "BN": 16, "BK": 32}, num_warps=4, num_stages=s)
+           for s in (1, 2, 3)]
+    for returned, k in ((own, 2), (own[:1], 1), ([configs[0], *own[1:]], 2)):
+        pruner = costtune.prune_configs_by(top_k=2, family="gemm", widen=1, early_config_prune=
+                                           lambda c, a, r=returned, **kw: r)["early_config_prune"]
         kept = pruner(configs, args)
-    assert kept == [configs[0]] and pruner.last.filtered == 11
+        assert len(kept) == k and all(any(c is r for r in returned) for c in kept)
+        assert pruner.last.configs == returned and pruner.last.n_configs == len(returned)
+    pruner = costtune.prune_configs_by(top_k=2, family="gemm", early_config_prune=lambda c, a,
+                                       **kw: [])["early_config_prune"]
+    with pytest.raises(ValueError, match="kept none of the 12 configs"):
+        pruner(configs, args)
+
+
+def test_a_filter_that_builds_or_changes_configs_is_tuned_as_triton_would():
+    """costtune.autotune with a filter returning configs of its own: they are ranked and
+    benchmarked (it raised "kept none"); a filter that changes the list's configs in place
+    (clamping BM to the problem) is read after it ran: the clamped configs that became the
+    same launch take one slot."""
+    configs = [triton.Config({"BM": m, "BN": n, "BK": 32}, num_warps=4)
+               for m in (16, 32, 64) for n in (16, 32)]
+
+    def rebuild(configs, named_args, **kwargs):
+        return [triton.Config(dict(c.kwargs), num_warps=c.num_warps, num_stages=1)
+                for c in configs if c.kwargs["BM"] <= named_args["M"]]
+
+    bench = Bench()
+    tuner = costtune.autotune(configs, key=["M", "N", "K"], top_k=2, widen=1, do_bench=bench,
+                              prune_configs_by={"early_config_prune": rebuild})(_filtered_matmul)
+    launch_tile_matmul(tuner, 24, 40, 64)
+    assert bench.calls == 2 and tuner.best_config.num_stages == 1
+    assert tuner.best_config not in configs
+
+    def clamp(configs, named_args, **kwargs):
+        for c in configs:
+            c.kwargs["BM"] = min(c.kwargs["BM"], 16)
+        return configs
+
+    fresh = [triton.Config(dict(c.kwargs), num_warps=4) for c in configs]
+    pruner = costtune.prune_configs_by(top_k=4, family="gemm", widen=1,
+                                       early_config_prune=clamp)["early_config_prune"]
+    args = {"x": torch.empty(16, 64).half(), "y": torch.empty(64, 40).half(), "M": 16,
+            "N": 40, "K": 64}
+    kept = pruner(fresh, args)
+    assert len(kept) == 2 and pruner.last.duplicates == 4
+    assert all("BM=16" in key for key in pruner.last.kept)
     with pytest.raises(ValueError, match="pass costtune.prune_configs_by.*to triton.autotune"):
         costtune.autotune(configs, key=["M"], prune_configs_by=costtune.prune_configs_by())
 

@@ -50,6 +50,9 @@ class PruneDecision:
     model: str | None = None  # what ranked: the model given, or the kernel's own model file
     duplicates: int = 0  # configs that repeat an earlier one's key: ranked, kept once
     filtered: int = 0  # configs the user's own early_config_prune removed: never ranked
+    # What ``ranked`` and ``scores`` index when the user's early_config_prune returned
+    # configs of its own (the list it returned); None: the tuner's config list.
+    configs: list[Any] | None = None
 
 
 def check_options(*, top_k: Any, shortlist: Any, widen: Any, range_margin: Any,

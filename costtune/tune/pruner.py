@@ -130,16 +130,18 @@ class ConfigPruner:
         start = time.perf_counter()
         notes: list[tuple[str, str]] = []
         self._launch_keys: list[str] = []  # set where triton.heuristics change configs
-        barred = (set() if self.user_prune is None else
-                  user_filtered(self.user_prune, configs, self.config_keys(configs),
-                                named_args, kwargs, notes))
+        given, barred = configs, set()
+        if self.user_prune is not None:
+            configs, barred = user_filtered(self.user_prune, configs, named_args, kwargs)
+            self._configs = None  # it may have changed configs in place: keys read afresh
         try:
             wait_for_preload()  # a model still loading in the background: let it finish first
             decision, order = self._prune(configs, named_args, kwargs, notes, barred)
         except Exception as exc:  # never stop tuning: benchmark all that can launch instead
             notes.append(("error", f"pruning failed ({type(exc).__name__}: {exc})"))
             decision, order = keep_launchable(configs, notes, barred=barred)
-        decision.filtered = len(barred)
+        decision.filtered = max(0, len(barred) + len(given) - len(configs))
+        decision.configs = configs if configs is not given else None
         same = self._launch_keys if len(self._launch_keys) == len(configs) else None
         order, decision.duplicates = distinct(order, same or self.config_keys(configs))
         if decision.duplicates:  # a repeated config takes one slot, not several

@@ -172,8 +172,9 @@ class SafeAutotuner(Autotuner):
         config that can launch, without those kept."""
         decision = self._decision()
         ranked = getattr(decision, "ranked", None) or []
+        pool = getattr(decision, "configs", None) or self.configs
         ids = {id(c) for c in kept}
-        return [self.configs[i] for i in ranked if id(self.configs[i]) not in ids]
+        return [pool[i] for i in ranked if id(pool[i]) not in ids]
 
     def _tune(self, kept: list[Any], kwargs: dict) -> list[Any]:
         args = tuple(self.nargs.values())
@@ -217,7 +218,8 @@ class SafeAutotuner(Autotuner):
         from costtune.tune.adaptive import margin_for, neighbour_finder, search
 
         decision = self._decision()
-        order = [self.configs[i] for i in decision.ranked]
+        pool = decision.configs or self.configs
+        order = [pool[i] for i in decision.ranked]
         scores = [float(decision.scores[i]) for i in decision.ranked]
         values = [{**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
                   for c in order]

@@ -12,24 +12,23 @@ from costtune.tune.decision import config_key
 __all__ = ["user_filtered"]
 
 
-def user_filtered(user_prune: Callable[..., Any], configs: Sequence[Any], keys: Sequence[str],
-                  named_args: Mapping[str, Any], kwargs: dict[str, Any],
-                  notes: list[tuple[str, str]]) -> set[int]:
-    """Positions of ``configs`` (canonical ``keys``) that ``user_prune(configs, named_args,
-    **kwargs)`` did not keep, matched by identity or config key; its own errors propagate, as
-    under Triton. Configs it returns that the list lacks cannot be ranked or replaced: said in
-    a warning; keeping none of the list is a ValueError (Triton raises too)."""
+def user_filtered(user_prune: Callable[..., Any], configs: Sequence[Any],
+                  named_args: Mapping[str, Any], kwargs: dict[str, Any]
+                  ) -> tuple[Sequence[Any], set[int]]:
+    """(the configs to rank, positions among them the filter did not keep) after
+    ``user_prune(configs, named_args, **kwargs)``; its own errors propagate, as under Triton.
+    Its result is matched to the list by identity or config key, read after it ran (a filter
+    may change configs in place). A filter that returns configs of its own (Triton's old
+    ``prune_num_stages`` built new ones) has its whole result ranked, as Triton would
+    benchmark it; keeping nothing is a ValueError (Triton fails too)."""
     chosen = list(user_prune(configs, named_args, **kwargs))
-    ids = {id(c) for c in chosen}
+    if not chosen:
+        raise ValueError(f"your early_config_prune kept none of the {len(configs)} configs")
+    keys = [config_key(c) for c in configs]
+    ids, known = {id(c) for c in configs}, set(keys)
+    if any(id(c) not in ids and config_key(c) not in known for c in chosen):
+        return chosen, set()
     wanted = {config_key(c) for c in chosen}
-    allowed = {i for i, c in enumerate(configs) if id(c) in ids or keys[i] in wanted}
-    foreign = sorted(wanted - set(keys))
-    if foreign:
-        notes.append(("filter", f"your early_config_prune returned {len(foreign)} config(s) "
-                      f"not in the list ({'; '.join(foreign[:2])}); only configs of the list "
-                      "are benchmarked"))
-    if not allowed:
-        raise ValueError(f"your early_config_prune kept none of the {len(configs)} configs"
-                         + (" (it returned configs of its own: costtune ranks the list's; "
-                            "filter the list before passing it)" if foreign else ""))
-    return set(range(len(configs))) - allowed
+    chosen_ids = {id(c) for c in chosen}
+    allowed = {i for i, c in enumerate(configs) if id(c) in chosen_ids or keys[i] in wanted}
+    return configs, set(range(len(configs))) - allowed
