@@ -350,3 +350,21 @@ def test_configs_that_do_not_fit_are_replaced_on_gpu():
     assert ran and kept <= ran | set(tuner.rejected)
     assert tuner.best_config in tuner.configs_timings
     torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_bench_time_counts_the_benchmarks_costtune_ran():
+    """Triton's bench_time (its autotuning log line, a harvest's bench_s) timed only the read-
+    back of the times costtune had measured: ~0 s for a tuning that benchmarked for seconds."""
+    import time
+
+    class Slow(Bench):
+        def __call__(self, fn, quantiles=None):
+            time.sleep(0.05)
+            return super().__call__(fn, quantiles)
+
+    bench = Slow()
+    tuner = scale_tuner(SCALE[1:], bench)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_scale(tuner)
+    assert bench.calls == 3 and tuner.bench_time >= 0.15
