@@ -128,7 +128,8 @@ OTHER_KIND_PATTERNS: dict[str, str] = {
     "a grouped GEMM": r"group(ed)?_?(gemm|matmul|mm)|(?<![a-z])(fused_?)?moe|"
                       r"(?<![a-z])experts?(?![a-z])",
     # Losses over a softmax (cross-entropy, NLL, KL, JSD): other outputs.
-    "a loss": r"(?<![a-z])(ce|nll|jsd|celoss|xentropy)(?![a-z])|kl_?div|_loss(?![a-z])",
+    "a loss": r"(?<![a-z])(ce|nll|jsd|celoss|xentropy|xent)(?![a-z])|kl_?div|_loss(?![a-z])",
+    "a row logsumexp": r"logsumexp|(?<![a-z])lse(?![a-z])",
     "a layer norm": r"layer_?norm|(?<![a-z])ln(?![a-z])",
     "an RMS norm": r"rms_?norm",
     "a batch / group norm": r"(batch|group|instance)_?norm",
@@ -146,7 +147,17 @@ SOURCE_OPS: dict[str, str] = {
     "max": r"\b(max2?|amax)\s*\(",  # reductions; tl.maximum is elementwise (a ReLU)
     "sum": r"\bsum2?\s*\(",
     "rsqrt": r"\b(rsqrt|sqrt)\s*\(",
+    # Reductions and scans of other kinds: tl.reduce, arg-reductions, cumulative sums, sorts.
+    "reduce": r"\b(reduce|argmax|argmin|xor_sum|min)\s*\(",
+    "scan": r"\b(associative_scan|cumsum|cumprod|sort|flip)\s*\(",
 }
+# Arguments that name the upstream gradient every backward pass reads (dO, DY, dout,
+# grad_output, x_grad): a backward pass. Not dQ / dK alone: forward kernels name head dims d_k.
+GRADIENT_ARGS = r"^(d_?(o|y|out|output)|grad\w*|\w+_grad)(_?ptrs?)?$"
+# A sliding-window (local) attention's window, by the names kernels give it.
+WINDOW_NAMES: tuple[str, ...] = ("WINDOW_SIZE", "window_size", "window_size_left",
+                                 "window_size_right", "SLIDING_WINDOW", "sliding_window",
+                                 "WINDOW", "window", "local_window")
 
 
 @dataclass

@@ -131,8 +131,9 @@ def explain_call(tuner: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *,
         launch = describe(pruner.spec, configs, args=call_args(named, kwargs), kernel=tuner,
                           grid=kwargs.get("grid"))
         _fill(out, launch, configs)
-    except NotApplicable as exc:
-        out.not_described = str(exc)
+    except Exception as exc:  # NotApplicable, or the pruner's own error: said, not raised
+        out.not_described = (str(exc) if isinstance(exc, NotApplicable)
+                             else f"describing it failed ({type(exc).__name__}: {exc})")
         from costtune.tune.kind import read_kind
 
         out.kind = read_kind(tuner)

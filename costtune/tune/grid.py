@@ -66,6 +66,9 @@ def with_grid(launch: Any, configs: Sequence[Any], *, args: Mapping[str, Any],
             "the configs' parameters: the programs it starts are unchecked")))
     if (programs[known] == expected[known]).all():
         return launch
+    if (programs[known] < 1).any():
+        return replace(launch, doubts=(*launch.doubts, (
+            "grid", "the launch grid starts no programs for some configs (an empty batch?)")))
     batched = _batched(launch, sample, programs, known, args)
     if batched is not None:
         return batched
@@ -78,6 +81,11 @@ def with_grid(launch: Any, configs: Sequence[Any], *, args: Mapping[str, Any],
             doubt = ("grid", f"the launch grid's {split} programs per tile are read as "
                      f"SPLIT_K={split}, but the kernel's source splits no K (no atomic_add, "
                      "no 'split'): if that axis is a batch, fold it into M with problem=")
+            fixed = replace(fixed, doubts=(*fixed.doubts, doubt))
+        rows = fixed.meta.get("ROWS_PER_PROG")
+        if rows is not None and (programs[known] == launch.problem.get("cols")).all():
+            doubt = ("grid", f"the launch grid starts one program per column ({rows} rows "
+                     "each if read as a softmax over rows): a reduction over another dim?")
             fixed = replace(fixed, doubts=(*fixed.doubts, doubt))
         return fixed
     persistent = _persistent(programs[known], expected[known])

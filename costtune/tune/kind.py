@@ -23,7 +23,13 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from costtune.kernels.base import NAME_PATTERNS, OTHER_KIND_PATTERNS, OTHER_KIND_SOURCE, SOURCE_OPS
+from costtune.kernels.base import (
+    GRADIENT_ARGS,
+    NAME_PATTERNS,
+    OTHER_KIND_PATTERNS,
+    OTHER_KIND_SOURCE,
+    SOURCE_OPS,
+)
 
 _OPS = {op: re.compile(p) for op, p in SOURCE_OPS.items()}
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -75,6 +81,9 @@ def _read_kind(fn: Any) -> KernelKind | None:
     for what, pattern in OTHER_KIND_PATTERNS.items():
         if re.search(pattern, lowered):
             return KernelKind(name, None, what, f"its name {name!r}")
+    grads = [p for p in _parameters(fn) if re.match(GRADIENT_ARGS, p, flags=re.IGNORECASE)]
+    if grads:
+        return KernelKind(name, None, "a backward pass", f"its gradient arguments {grads[:3]}")
     for family, pattern in NAME_PATTERNS.items():
         if re.search(pattern, lowered):
             return KernelKind(name, family, _FAMILY_WORDS[family], f"its name {name!r}")
@@ -86,7 +95,7 @@ def _read_kind(fn: Any) -> KernelKind | None:
             return KernelKind(name, None, what, f"its source (names {pattern!r})")
     ops = {op for op, rx in _OPS.items() if rx.search(source)}
     family, what = _kind_of_ops(ops)
-    used = ", ".join(sorted(ops)) or "no dot, exp or reduction"
+    used = ", ".join(sorted(ops)) or "no dot, exp, reduction or scan"
     return KernelKind(name, family, what, f"its source ({used})")
 
 
@@ -109,16 +118,26 @@ def _constants(fn: Any) -> tuple[tuple[str, int], ...]:
 
 
 def _kind_of_ops(ops: set[str]) -> tuple[str | None, str]:
-    if "dot" in ops:
-        return ("attention", _FAMILY_WORDS["attention"]) if "exp" in ops else (
+    if "dot" in ops:  # attention's online softmax needs a row max; an exp alone is an
+        # epilogue (GELU, sigmoid, SiLU)
+        return ("attention", _FAMILY_WORDS["attention"]) if {"exp", "max"} <= ops else (
             "gemm", _FAMILY_WORDS["gemm"])
     if {"exp", "max", "sum"} <= ops and "rsqrt" not in ops:
         return "softmax", _FAMILY_WORDS["softmax"]
     if "rsqrt" in ops and "sum" in ops:
         return None, "a normalization"
-    if ops & {"sum", "max"}:
+    if "scan" in ops:
+        return None, "a scan or sort"
+    if ops & {"sum", "max", "reduce"}:
         return None, "a reduction"
     return None, "an elementwise kernel"
+
+
+def _parameters(fn: Any) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
 
 
 def splits_k(kernel: Any) -> bool | None:

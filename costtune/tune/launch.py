@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from costtune.kernels.base import FAMILIES, KV_LENGTH_NAMES, PROBLEM_KEYS
+from costtune.kernels.base import FAMILIES, PROBLEM_KEYS
+from costtune.tune.doubts import problem_doubts
 from costtune.tune.kind import KernelKind, heuristic_rules, read_kind, source_constants
 from costtune.tune.names import (
     FAMILY_PARAMS,
@@ -38,7 +39,6 @@ from costtune.tune.names import (
     values_key,
 )
 from costtune.tune.sizes import (
-    BATCHED,
     NotApplicable,
     ProblemSpec,
     find_problem,
@@ -157,8 +157,10 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
                              f"parameter(s) {list(pm.missing)}, nor does the launch; map "
                              f"yours with {mapping_hint(family, pm.unknown, pm.missing)}"))
             continue
-        if not declared and pm.foreign_tiles():
-            continue  # e.g. a BLOCK_K: not a softmax
+        if not declared and pm.foreign_tiles():  # e.g. a BLOCK_K: not a softmax
+            failures.append(("family", f"{reads}its configs name {pm.foreign_tiles()}, which "
+                             f"{family} kernels do not tile; pass family="))
+            continue
         try:
             problem, origin = find_problem(family, args, spec=spec.problem)
         except NotApplicable as exc:
@@ -170,13 +172,8 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
             raise NotApplicable("problem", "no tensor argument to take the dtype from; pass "
                                 "dtype=")
         origin["family"] = _family_origin(spec, kind, family)
-        doubts = _kind_doubts(spec, kind, family)
-        keys_len = next((int(args[n]) for n in KV_LENGTH_NAMES
-                         if isinstance(args.get(n), int) and not isinstance(args[n], bool)),
-                        None) if family == "attention" else None
-        if keys_len is not None and keys_len != problem["S"]:
-            doubts = (*doubts, ("problem", f"cross-attention: {keys_len} keys for "
-                                f"{problem['S']} queries; the attention model saw S of both"))
+        doubts = (*_kind_doubts(spec, kind, family),
+                  *problem_doubts(family, problem, dtype, origin, args))
         outputs: dict[int, Any] = {}  # the rules' outputs, shared with the launch
         by_rule, doubt = _evaluated(family, pm, configs, rules, args, outputs)
         if doubt is not None and set(pm.by_rule) & set(FAMILY_PARAMS[family][0]):
@@ -185,10 +182,6 @@ def describe(spec: LaunchSpec, configs: Sequence[Any], *, args: Mapping[str, Any
         if doubt is not None:
             doubts = (*doubts, ("params", doubt + (" (taken as the family's neutral value)"
                                                    if pm.by_rule else "")))
-        if BATCHED in str(origin.get("M", "")):
-            doubts = (*doubts, ("grid", f"batched operands ({origin['M']}) are read as one "
-                                f"{family} of M = {problem['M']} rows; the model never saw "
-                                "batched operands"))
         origin.update(pm.origin)
         launch = Launch(family, problem, dtype, pm.rename, pm.meta, origin, pm.knobs,
                         pm.unknown, kind, doubts, by_rule=by_rule,

@@ -55,6 +55,12 @@ def operands(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, s
     return [o for o in _tensors(args) if o[2] not in METADATA_DTYPES]
 
 
+def tensors_in(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, str]]:
+    """(name, shape, dtype, "tensor" | "descriptor") of every tensor-like argument, integer
+    ones too (an int4 weight packed in int32)."""
+    return _tensors(args)
+
+
 def _tensors(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, str]]:
     """(name, shape, dtype, "tensor" | "descriptor") of every tensor-like argument."""
     out = []

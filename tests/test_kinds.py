@@ -1,0 +1,150 @@
+"""Kernels at the families' edges, written as their authors would: the hook reads what they
+compute (a backward pass by its gradient arguments, a GEMM with an exp epilogue, a row
+logsumexp, scans and custom reductions) and doubts sizes the family's data never had (a
+sliding window, quantized weights, per-row outputs, one program per column, an empty grid),
+widening k instead of pruning hard with a model that does not apply."""
+
+from __future__ import annotations
+
+import io
+from contextlib import redirect_stdout
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import costtune
+from costtune.tune.kind import read_kind
+from costtune.tune.launch import LaunchSpec, NotApplicable, describe
+
+
+@triton.jit
+def _attn_dq_kernel(Q, K, V, DO, DQ, L, Delta, Z, H, N_CTX, HEAD_DIM: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    q = tl.load(Q + tl.arange(0, BLOCK_M))
+    tl.store(DQ + tl.arange(0, BLOCK_M), tl.dot(q, q) * tl.exp(tl.max(q, 0)))
+
+
+@triton.jit
+def fused_bias_gelu_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    acc = tl.dot(tl.load(a_ptr), tl.load(b_ptr))
+    tl.store(c_ptr, acc / (1.0 + tl.exp(-1.702 * acc)))
+
+
+@triton.jit
+def _row_stat_kernel(x_ptr, out_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK_SIZE))
+    m = tl.max(x, 0)
+    tl.store(out_ptr, m + tl.log(tl.sum(tl.exp(x - m), 0)))
+
+
+@triton.jit
+def _prefix_kernel(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
+    tl.store(y_ptr + tl.arange(0, BLOCK_SIZE), tl.cumsum(tl.load(x_ptr), 0))
+
+
+@triton.jit
+def _argmax_kernel(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
+    tl.store(y_ptr, tl.argmax(tl.load(x_ptr + tl.arange(0, BLOCK_SIZE)), 0))
+
+
+@triton.jit
+def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_K: tl.constexpr):
+    tl.store(c_ptr, tl.dot(tl.load(a_ptr), tl.load(b_ptr)))
+
+
+def test_what_a_kernel_computes_beyond_its_name():
+    """dQ / dO / Delta arguments: a backward pass, whatever the name; an exp after a dot with
+    no row max is a GEMM's epilogue (GELU, SiLU), not attention; scans and arg-reductions are
+    no elementwise kernels; logsumexp and xent names are unseen kinds."""
+    assert read_kind(_attn_dq_kernel).what == "a backward pass"
+    assert "['DO']" in read_kind(_attn_dq_kernel).reason
+
+    @triton.jit
+    def _attn_fwd_dk(q, k, v, o, d_k, d_v, BLOCK_M: tl.constexpr):  # head dims d_k / d_v
+        s = tl.dot(tl.load(q), tl.load(k))
+        tl.store(o, tl.exp(s - tl.max(s, 1)))
+    assert read_kind(_attn_fwd_dk).family == "attention"
+    assert read_kind(fused_bias_gelu_kernel).family == "gemm"
+    assert read_kind(_prefix_kernel).what == "a scan or sort"
+    assert read_kind(_argmax_kernel).what == "a reduction"
+
+    def named(name):
+        def fn(x, y):
+            pass
+        fn.__name__ = name
+        return fn
+    for name, what in (("row_logsumexp_kernel", "a row logsumexp"),
+                       ("softmax_xent_fwd_kernel", "a loss")):
+        assert read_kind(triton.jit(named(name))).what == what
+
+
+def _gemm_args(m=64, n=64, k=64, b_dtype=torch.float16):
+    b = torch.empty(k, n).to(b_dtype) if b_dtype != torch.int32 else torch.empty(
+        k // 8, n, dtype=torch.int32)
+    return {"a_ptr": torch.empty(m, k).half(), "b_ptr": b, "c_ptr": torch.empty(m, n).half(),
+            "M": m, "N": n, "K": k}
+
+
+def _doubts(kernel, configs, args, grid=None, family=None):
+    return dict(describe(LaunchSpec(family=family), configs, args=args, kernel=kernel,
+                         grid=grid).doubts)
+
+
+GEMM_CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": 64, "BLOCK_K": 32}) for m in (32, 64)]
+
+
+@pytest.mark.parametrize("b_dtype", [torch.int8, torch.int32])
+def test_weight_only_quantized_gemm_is_a_dtype_doubt(b_dtype):
+    doubts = _doubts(_matmul_kernel, GEMM_CONFIGS, _gemm_args(b_dtype=b_dtype))
+    assert "mixed operands: a_ptr float16 x b_ptr" in doubts["dtype"]
+    assert "dtype" not in _doubts(_matmul_kernel, GEMM_CONFIGS, _gemm_args())
+
+
+def test_a_sliding_window_is_a_doubt():
+    q = torch.empty(1, 2, 256, 64).half()
+    args = {"Q": q, "K": q, "V": q, "Out": q, "Z": 1, "H": 2, "N_CTX": 256, "IS_CAUSAL": True}
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": 64}) for m in (64, 128)]
+    assert "sliding window (WINDOW_SIZE = 32)" in _doubts(
+        None, configs, {**args, "WINDOW_SIZE": 32}, family="attention")["problem"]
+    for window in (-1, 256, 4096):  # none, or no shorter than the sequence
+        assert _doubts(None, configs, {**args, "WINDOW_SIZE": window}, family="attention") == {}
+
+
+def test_per_row_outputs_and_one_program_per_column_are_softmax_doubts():
+    x = torch.empty(512, 256)
+    configs = [triton.Config({"BLOCK_SIZE": 256}, num_warps=w) for w in (2, 4)]
+    per_row = _doubts(_row_stat_kernel, configs, {"x_ptr": x, "out_ptr": torch.empty(512),
+                                                  "n_cols": 256}, family="softmax")
+    assert "1 per row: a loss or a row reduction" in per_row["kind"]
+    # A softmax over dim 0 through strides: 256 programs, one per column.
+    strided = {"x_ptr": x, "y_ptr": torch.empty_like(x), "n_rows": 512, "n_cols": 256}
+    doubts = _doubts(None, configs, strided, grid=(256,), family="softmax")
+    assert "one program per column" in doubts["grid"]
+    assert _doubts(None, configs, strided, grid=(512,), family="softmax") == {}
+
+
+def test_an_empty_grid_is_a_doubt_explain_reports():
+    doubts = _doubts(_matmul_kernel, GEMM_CONFIGS, _gemm_args(), grid=lambda m: (2, 2, 0))
+    assert "starts no programs" in doubts["grid"]
+    tuner = triton.autotune(GEMM_CONFIGS, key=["M"], prune_configs_by=costtune.prune_configs_by(
+        top_k=1, family="gemm"))(_matmul_kernel)
+    with redirect_stdout(io.StringIO()) as out:
+        costtune.explain(tuner, *_gemm_args().values(), grid=lambda m: (2, 2, 0))
+    assert "starts no programs" in out.getvalue()
+
+
+def test_a_kind_whose_configs_tile_otherwise_says_so():
+    @triton.jit
+    def _attn_like(q, k, v, o, B, H, S, D, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_K: tl.constexpr):
+        s = tl.dot(tl.load(q), tl.load(k))
+        tl.store(o, tl.exp(s - tl.max(s, 1)))
+    configs = [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32})]
+    with pytest.raises(NotApplicable, match=r"reads as an attention kernel .* its configs name "
+                                            r"\['BLOCK_K'\]"):
+        describe(LaunchSpec(), configs, args={"q": torch.empty(1, 1, 64, 64).half(), "B": 1,
+                                              "H": 1, "S": 64, "D": 64}, kernel=_attn_like)
