@@ -206,3 +206,60 @@ def test_triton_key_is_warmed_in_the_background():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=240)
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+@triton.jit
+def _cached_scale(x, out, n, BLOCK: tl.constexpr, BUG: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(x + offs, mask=offs < n) * 2.0
+    if BUG == 1:
+        v = v + 0.5  # a wrong config, benchmarked first: the fastest
+    tl.store(out + offs, v, mask=offs < n)
+
+
+def check_worker(out: str, check: str) -> None:
+    """One process tuning ``_cached_scale`` with Triton's disk cache, ``check`` "on"/"off"."""
+    import warnings
+
+    import torch
+
+    configs = [triton.Config({"BLOCK": 16, "BUG": 1}), triton.Config({"BLOCK": 32, "BUG": 0}),
+               triton.Config({"BLOCK": 64, "BUG": 0})]
+    class Ordered(Bench):  # the n-th benchmark takes n ms: the first benchmarked wins
+        def __call__(self, fn, quantiles=None):
+            super().__call__(fn, quantiles)
+            return [float(self.calls)] * 3
+
+    bench = Ordered()
+    tuner = costtune.autotune(configs, key=["n"], do_bench=bench, cache_results=True,
+                              check=check == "on")(_cached_scale)
+    _interpreter_cache(tuner)
+    x = torch.randn(100)
+    y = torch.empty_like(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tuner[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, y, 100)
+    Path(out).write_text(json.dumps({"calls": bench.calls, "bug": tuner.best_config.kwargs["BUG"],
+                                     "right": bool(torch.allclose(y, 2 * x)),
+                                     "rejected": list(tuner.rejected)}))
+
+
+def test_a_cached_choice_is_checked_when_check_is_on(tmp_path):
+    """Times stored by a process that did not check (its wrong config was the fastest) are
+    read back by one that does: each cached config is launched once and judged, and the
+    wrong one is not chosen, with nothing benchmarked again."""
+    results = []
+    for seed, check in ((1, "off"), (2, "on")):
+        out = tmp_path / f"check{seed}.json"
+        env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONHASHSEED": str(seed),
+               "COSTTUNE_HOME": str(tmp_path / "home"), "TRITON_CACHE_DIR": str(tmp_path / "c")}
+        code = ("import sys; sys.path[:0] = [sys.argv[1]]; import test_cache_results as t; "
+                "t.check_worker(sys.argv[2], sys.argv[3])")
+        run = subprocess.run([sys.executable, "-c", code, str(TESTS), str(out), check], env=env,
+                             capture_output=True, text=True, timeout=240)
+        assert run.returncode == 0, run.stderr[-3000:]
+        results.append(json.loads(out.read_text()))
+    unchecked, checked = results
+    assert unchecked["calls"] == 3 and unchecked["bug"] == 1 and not unchecked["right"]
+    assert checked["calls"] == 0 and checked["bug"] == 0 and checked["right"]
+    assert len(checked["rejected"]) == 1

@@ -158,3 +158,25 @@ def warn_once(warned: set[str], notes: list[tuple[str, str]], outcome: str) -> l
     text = f"costtune: {'; '.join(dict.fromkeys(m for _, m in new))} -> {outcome}"
     warn(text)
     return [text]
+
+
+def tuning_report(kept: int, failed: dict[str, str], wrong: dict[str, str], good: int) -> str:
+    """What ``costtune.autotune`` says after a tuning call's benchmarks ("" for nothing):
+    configs that could not run (``failed``: config text -> why), outputs ``check=`` rejected,
+    ``good`` of ``kept`` configs that ran and were right."""
+    parts = []
+    if failed:
+        shown = "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:3])
+        parts.append(f"{len(failed)} config(s) could not run and were replaced by the "
+                     f"next-ranked ({shown})")
+    if wrong:
+        shown = "; ".join(f"{k}: {v}" for k, v in wrong.items())
+        parts.append(f"check= rejected {len(wrong)} config(s) ({shown})")
+    if good and good < kept and not wrong:
+        parts.append(f"only {good} of {kept} configs could run")
+    if not good and wrong:
+        parts.append("every config that ran failed the check; the fastest of them is used")
+    elif not good:
+        parts.append("no config could run; Triton tunes the kept ones as exhaustive tuning "
+                     "would, and meets the same errors")
+    return "costtune: " + "; ".join(parts) if parts else ""

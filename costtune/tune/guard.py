@@ -25,7 +25,9 @@ voters ``costtune.autotune`` launches more configs (untimed) to vote. Every inpu
 back as it was before each check launch and after the last, so in-place kernels see the same
 inputs; outputs are read right after the launch, before autotune's post_hook (``restore_value``
 puts in-place outputs back there). A reference whose tensors have other shapes than the
-kernel's outputs is a ValueError.
+kernel's outputs is a ValueError. Times read from Triton's disk cache (``cache_results=True``)
+may come from a process that did not check: each config they hold is launched once and judged
+before one is chosen.
 
 >>> spec = check_spec({"outputs": ["c_ptr"], "rtol": 1e-3})
 >>> spec.outputs, spec.rtol

@@ -40,7 +40,7 @@ from typing import Any
 
 from triton.runtime.autotuner import Autotuner
 
-from costtune.tune.decision import config_key, warn
+from costtune.tune.decision import config_key, tuning_report, warn
 from costtune.tune.feasibility import config_text, finite_time
 from costtune.tune.guard import MIN_VOTERS, CheckSpec, OutputGuard
 from costtune.tune.ranks import check_ranks, choice, config_from, tuning_key, world
@@ -171,7 +171,33 @@ class SafeAutotuner(Autotuner):
             bench_fn()
 
         self._from_disk = super().check_disk_cache(tuning_key, configs, tune_then_bench)
+        if self._from_disk and self.check is not None:
+            self._check_cached(tuning_key, kwargs)
         return self._from_disk
+
+    def _check_cached(self, tuning_key: Any, kwargs: dict) -> None:
+        """Times read from Triton's disk cache may come from a process that did not check:
+        with ``check``, each config they hold is launched once and judged, and the fastest
+        right one is chosen (nothing is benchmarked again)."""
+        timings = dict(self.configs_timings)
+        args = tuple(self.nargs.values())
+        guard = OutputGuard(self.check, {**self.nargs, **{k: v for k, v in kwargs.items()
+                                                          if k not in _NOT_ARGS}})
+        try:
+            for config in timings:
+                try:
+                    guard.record(config_text(config), lambda taken, c=config: self._launch_once(
+                        c, args, kwargs, taken))
+                except Exception:  # cannot launch here: says nothing
+                    continue
+        finally:
+            guard.restore()
+        wrong = guard.judge()
+        good = {c: t for c, t in timings.items() if config_text(c) not in wrong}
+        self._report(list(timings), {}, wrong, list(good))
+        if good:
+            self.configs_timings = good
+            self.cache[tuning_key] = min(good, key=good.get)
 
     def _decision(self) -> Any:
         """The pruner's decision for the key being tuned; None after a kept-list cache hit
@@ -362,25 +388,10 @@ class SafeAutotuner(Autotuner):
         decision = self._decision()
         if decision is not None:
             decision.replaced = dict(self.rejected)
-        parts = []
-        if failed:
-            shown = "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:3])
-            parts.append(f"{len(failed)} config(s) could not run and were replaced by the "
-                         f"next-ranked ({shown})")
-        if wrong:
-            shown = "; ".join(f"{k}: {v}" for k, v in wrong.items())
-            parts.append(f"check= rejected {len(wrong)} config(s) ({shown})")
-        if good and len(good) < len(kept) and not wrong:
-            parts.append(f"only {len(good)} of {len(kept)} configs could run")
-        if not good and wrong:
-            parts.append("every config that ran failed the check; the fastest of them is used")
-        elif not good:
-            parts.append("no config could run; Triton tunes the kept ones as exhaustive "
-                         "tuning would, and meets the same errors")
+        text = tuning_report(len(kept), failed, wrong, len(good))
         # Rejected outputs are named every time; failures once per kernel.
-        if parts and (wrong or "failed" not in self._warned):
+        if text and (wrong or "failed" not in self._warned):
             self._warned.add("failed")
-            text = "costtune: " + "; ".join(parts)
             if decision is not None:
                 decision.warnings.append(text)
             warn(text)
