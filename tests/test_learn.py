@@ -111,7 +111,7 @@ def test_a_new_process_ranks_with_the_kernels_learned_model(home):
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
     out = subprocess.run([sys.executable, str(REPO / "tests" / "learning_helpers.py"),
                           "64", "64", "64"], env=env, capture_output=True, text=True,
-                         timeout=120)
+                         timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
     assert lines["MODEL"] == str(path)  # ranked by what the first process learned
@@ -232,8 +232,8 @@ if pid == 0:
         run(t, 64, 64, 64)
         waiter = threading.Thread(target=t.learner.wait, daemon=True)
         waiter.start()
-        waiter.join(120)
-        code = 0 if not waiter.is_alive() and len(t.learner._updated) == 1 else 2
+        waiter.join(500)  # a refit of the shipped GEMM model: ~20 s, minutes on a busy box
+        code = 2 if waiter.is_alive() else 0 if len(t.learner._updated) == 1 else 3
     finally:
         os._exit(code)
 _, status = os.waitpid(pid, 0)
@@ -249,7 +249,7 @@ def test_a_process_forked_during_an_update_learns_on_its_own(home):
     env = {**os.environ, "COSTTUNE_HOME": str(home / "fork"), "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
     out = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], env=env, capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=800)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "CHILD 0 PARENT 1" in out.stdout
 
@@ -293,7 +293,7 @@ def test_learning_runs_beside_the_program_and_no_tuning_waits(home, monkeypatch)
     code = ("from learning_helpers import StepBench, run, tuner\n"
             "run(tuner(StepBench(), learn=True))\n")  # exits without waiting itself
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=600)  # a refit at exit: minutes on a busy box
     assert out.returncode == 0, out.stderr[-2000:]
     written = list((home / "exits").rglob("current.json"))
     assert len(written) == 1 and current_model(written[0].parent) is not None
@@ -348,7 +348,7 @@ def test_concurrent_updates_keep_every_row(tmp_path):
         p.start()
     start.set()
     for p in procs:
-        p.join(120)
+        p.join(600)  # three refits on two cores: minutes when the box is busy
     assert [p.exitcode for p in procs] == [0, 0, 0]
     written = {done.get(timeout=5) for _ in procs}
     assert len(written) == 3
