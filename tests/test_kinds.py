@@ -109,7 +109,7 @@ def test_a_sliding_window_is_a_doubt():
     args = {"Q": q, "K": q, "V": q, "Out": q, "Z": 1, "H": 2, "N_CTX": 256, "IS_CAUSAL": True}
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": 64}) for m in (64, 128)]
     assert "sliding window (WINDOW_SIZE = 32)" in _doubts(
-        None, configs, {**args, "WINDOW_SIZE": 32}, family="attention")["problem"]
+        None, configs, {**args, "WINDOW_SIZE": 32}, family="attention")["shape"]
     for window in (-1, 256, 4096):  # none, or no shorter than the sequence
         assert _doubts(None, configs, {**args, "WINDOW_SIZE": window}, family="attention") == {}
 
@@ -148,3 +148,41 @@ def test_a_kind_whose_configs_tile_otherwise_says_so():
                                             r"\['BLOCK_K'\]"):
         describe(LaunchSpec(), configs, args={"q": torch.empty(1, 1, 64, 64).half(), "B": 1,
                                               "H": 1, "S": 64, "D": 64}, kernel=_attn_like)
+
+
+def test_attention_terms_the_model_never_saw_and_queries_by_name():
+    """An S x S bias or mask is a doubt; a 4-D bias is never taken as the query (its last dim
+    read as D); Q_ptr and head_size name the query and D."""
+    b, h, s, d = 2, 4, 256, 64
+    q = torch.empty(b * h, s, d).half()
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": 64}) for m in (64, 128)]
+    args = {"Bias_ptr": torch.empty(b, h, s, s).half(), "Q_ptr": q, "K_ptr": q, "V_ptr": q,
+            "Out_ptr": q, "B": b, "H": h, "N_CTX": s, "head_size": d}
+    got = describe(LaunchSpec(family="attention"), configs, args=args)
+    assert got.problem["D"] == d and got.origin["D"] == "arg head_size"
+    assert "Bias_ptr (2, 4, 256, 256) is an S x S bias or mask" in dict(got.doubts)["shape"]
+    mask = {"q": torch.empty(b, h, s, d).half(), "mask": torch.ones(b, 1, s, s, dtype=torch.bool)}
+    assert "mask" in dict(_doubts(None, configs, mask, family="attention"))["shape"]
+    biased = {"bias": torch.empty(b, h, s, 2 * s).half(), "qq": torch.empty(b, h, s, d).half()}
+    assert describe(LaunchSpec(family="attention"), configs, args=biased).problem["D"] == d
+
+
+@triton.jit
+def _fwd_kernel_stage1(Q, K_Buffer, V_Buffer, Att_Out, kv_len, BLOCK_N: tl.constexpr):
+    q = tl.load(Q + tl.arange(0, 64))
+    k = tl.load(K_Buffer + tl.arange(0, BLOCK_N)[:, None] * 64 + tl.arange(0, 64)[None, :])
+    s = tl.sum(q[None, :] * k, 1)
+    p = tl.exp(s - tl.max(s, 0))
+    tl.store(Att_Out + tl.arange(0, BLOCK_N), p / tl.sum(p, 0))
+
+
+def test_a_decode_attention_without_dot_is_no_softmax():
+    """sglang / lightllm decode kernels compute q.k with sums (no tl.dot): their source reads
+    as a softmax, but the KV buffers are far larger than the 'rows x cols' of the queries."""
+    q = torch.empty(16, 64).half()
+    kv = torch.empty(2048, 64).half()
+    configs = [triton.Config({"BLOCK_N": n}) for n in (64, 128, 256)]
+    args = {"Q": q, "K_Buffer": kv, "V_Buffer": kv, "Att_Out": torch.empty(16, 64).half(),
+            "kv_len": 2048}
+    got = describe(LaunchSpec(), configs, args=args, kernel=_fwd_kernel_stage1)
+    assert got.family == "softmax" and "K_Buffer (2048, 64) is larger" in dict(got.doubts)["kind"]

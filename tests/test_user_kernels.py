@@ -457,8 +457,13 @@ def test_attention_layouts_varlen_and_cross_attention_as_libraries_pass_them():
                      args={"Q": q, "K": torch.empty(2, 512, 4, 64).half(), "nheads": 4,
                            "seqlen_q": 128, "seqlen_k": 512, "headdim": 64},
                      grid=lambda m: (triton.cdiv(128, m["BLOCK_M"]), 2 * 4))
-    assert cross.problem["S"] == 128 and [c for c, _ in cross.doubts] == ["problem"]
-    assert "512 keys for 128 queries" in cross.doubts[0][1]
+    assert cross.problem["S"] == 128 and [c for c, _ in cross.doubts] == ["shape"]
+    assert "512 keys (seqlen_k) for 128 queries" in cross.doubts[0][1]
+    # No length argument: the keys' shape says it (a chunked prefill over a longer cache).
+    chunked = describe(LaunchSpec(family="attention"), tiles,
+                       args={"q": torch.empty(2, 4, 256, 64).half(),
+                             "k": torch.empty(2, 4, 4096, 64).half(), "N_CTX": 256})
+    assert "4096 keys (k.shape[2]) for 256 queries" in dict(chunked.doubts)["shape"]
 
 
 def test_a_single_tile_count_is_not_read_as_persistent_without_a_program_loop():

@@ -83,13 +83,17 @@ SIZE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
               "num_query_heads", "q_head_num"),
         "S": ("S", "N_CTX", "seq_len", "seqlen", "SEQ_LEN", "seqlen_q", "N_CTX_Q", "Q_CTX"),
         "D": ("D", "HEAD_DIM", "head_dim", "headdim", "BLOCK_DMODEL", "BLOCK_HEADDIM",
-              "D_HEAD", "HEAD_SIZE", "d"),
+              "D_HEAD", "HEAD_SIZE", "head_size", "d"),
         "causal": ("causal", "CAUSAL", "IS_CAUSAL", "is_causal"),
     },
 }
 # The keys' sequence length where a kernel takes it apart from the queries' (cross-attention).
 KV_LENGTH_NAMES: tuple[str, ...] = ("seqlen_k", "N_CTX_K", "N_CTX_KV", "KV_CTX", "seqlen_kv",
-                                    "kv_len", "SEQLEN_K", "S_K")
+                                    "kv_len", "SEQLEN_K", "S_K", "kv_seq_len", "seq_len_kv",
+                                    "KV_LEN", "N_KV", "cache_seqlen", "kv_seqlen")
+# The keys, by the names attention kernels give them (their sequence dim against the queries').
+KEY_NAMES: tuple[str, ...] = ("k", "K", "k_ptr", "K_ptr", "key", "k_cache", "K_cache",
+                              "desc_k", "k_desc")
 # Flags passed as a code: tutorial 06's STAGE is 3 for causal attention and 1 otherwise.
 CODED_FLAGS: dict[str, dict[str, tuple[str, dict[int, int]]]] = {
     "attention": {"causal": ("STAGE", {1: 0, 3: 1})},
@@ -99,7 +103,7 @@ INPUT_NAMES: dict[str, tuple[str, ...]] = {
     "gemm": ("a", "a_ptr", "A", "a_desc", "desc_a", "arg_A", "x", "x_ptr"),
     "softmax": ("x", "x_ptr", "X_ptr", "input_ptr", "inp_ptr", "in_ptr0", "X", "inp",
                 "input"),
-    "attention": ("q", "Q", "q_ptr", "desc_q", "q_desc"),
+    "attention": ("q", "Q", "q_ptr", "Q_ptr", "query", "query_ptr", "desc_q", "q_desc"),
 }
 # A GEMM's second operand (K x N, or N x K for x @ w.t()), by the names kernels give it.
 GEMM_B_NAMES: tuple[str, ...] = ("b", "b_ptr", "B", "b_desc", "desc_b", "arg_B", "y", "y_ptr",

@@ -12,6 +12,7 @@ flag (tutorial 06's ``STAGE``), else the shapes of tensor and ``TensorDescriptor
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -158,7 +159,8 @@ def _from_shapes(family: str, args: Mapping[str, Any], *,
                 "cols": (shape[-1], f"{name}.shape[-1]")}
     named_q = next((o for o in ops if o[0] in INPUT_NAMES["attention"]), None)
     q = named_q if named_q is not None and len(named_q[1]) == 4 else next(
-        (o for o in ops if len(o[1]) == 4 and named_q is None), None)
+        (o for o in ops if len(o[1]) == 4 and named_q is None
+         and not _NOT_QUERY.search(o[0])), None)
     if q is not None:
         order = _attention_layout(q[1], args)
         return {k: (q[1][i], f"{q[0]}.shape[{i}]") for k, i in zip("BHSD", order, strict=True)}
@@ -173,6 +175,8 @@ def _from_shapes(family: str, args: Mapping[str, Any], *,
     return out
 
 
+# 4-D tensors an attention kernel takes that are no query: biases, masks, outputs.
+_NOT_QUERY = re.compile(r"bias|mask|alibi|out|lse|(^|_)o(_ptr)?$", re.IGNORECASE)
 # Said in the origin of M when a batch of GEMMs is read as one (B*M) x N x K GEMM; the launch
 # gets a doubt for it (``launch.describe``).
 BATCHED = "batched operands"
