@@ -47,11 +47,17 @@ from costtune.store.parts import (
     write_atomic,
 )
 
-__all__ = ["Store", "StoreError", "StoreWarning", "load_dataset", "SCHEMA_VERSION",
+__all__ = ["LockTimeout", "Store", "StoreError", "StoreWarning", "load_dataset", "SCHEMA_VERSION",
            "META_KEY", "REQUIRED_COLUMNS", "KEY_COLUMNS", "BAD_PART_OPTIONS"]
 
 PART_RE = re.compile(r"part-\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{8}\.parquet")
-_RESERVED_META = ("schema_version", "kernel")
+RESERVED_META = _RESERVED_META = ("schema_version", "kernel")
+
+
+class LockTimeout(StoreError):
+    """Another writer held a kernel folder's lock for longer than the store waits."""
+
+
 BAD_PART_OPTIONS = ("error", "skip")
 EXISTING_OPTIONS = ("error", "skip")
 
@@ -217,8 +223,8 @@ class Store:
         try:
             return locks.acquire(path, timeout=self.lock_timeout, stale_s=self.stale_temp_s)
         except locks.Timeout:
-            raise StoreError(f"{path}: another writer held the store's lock for over "
-                             f"{self.lock_timeout:.0f} s") from None
+            raise LockTimeout(f"{path}: another writer held the store's lock for over "
+                              f"{self.lock_timeout:.0f} s") from None
 
     def _clean_temp(self, folder: Path, older_than_s: float | None = None) -> list[Path]:
         limit = self.stale_temp_s if older_than_s is None else float(older_than_s)

@@ -58,6 +58,8 @@ _SUITE_NAMES = frozenset({*IMPLEMENTATIONS, *(n for names in IMPLEMENTATIONS.val
 _SCALARS = (bool, int, float, str)  # values a stored config holds (no tensor, no None)
 TIMING_NOTE = ("triton.autotune do_bench (or the tuner's own do_bench); outputs not checked "
                "against a reference")
+LOCK_WAIT_S = 5.0  # a tuning call waits this long for another writer's lock at most
+CLOSE_WAIT_S = 60.0  # leaving the harvest: for the rows kept back
 _ACTIVE: list[Harvester] = []
 _ORIGINAL_RUN: Any = None
 
@@ -71,36 +73,71 @@ class Harvester:
     def __init__(self, store_dir: str | os.PathLike, *,
                  meta: Mapping[str, Any] | None = None) -> None:
         from costtune.env import environment
-        from costtune.store.dataset import Store
+        from costtune.store.dataset import RESERVED_META, Store
 
-        self.store = Store(store_dir)
+        if meta is not None and not isinstance(meta, Mapping):
+            raise ValueError(f"harvest meta must be a dict, got {type(meta).__name__}")
+        clash = sorted(set(meta or {}) & set(RESERVED_META))
+        if clash:
+            raise ValueError(f"harvest meta may not set {clash}: the store writes them")
+        # A part the store cannot read (a newer format, a zero-byte file) is skipped with a
+        # warning rather than stopping every later harvest; a writer holding the lock makes a
+        # tuning wait LOCK_WAIT_S at most: its rows are kept and stored with a later one.
+        self.store = Store(store_dir, on_bad_part="skip", lock_timeout=LOCK_WAIT_S)
         self.meta = {**environment(), "timing_method": TIMING_NOTE, **dict(meta or {})}
         self.rows = 0
         self.errors: list[str] = []
+        self.pending: list[dict[str, Any]] = []  # rows a held lock kept from the store
 
     def record(self, tuner: Any, args: tuple, *, kwargs: dict[str, Any]) -> None:
         """Store ``tuner.configs_timings`` of the call ``tuner.run(*args, **kwargs)``."""
         try:
-            kernel, rows = tuning_rows(tuner, args, kwargs=kwargs, gpu=self.meta.get("gpu"))
-            stored = self.store.measured_keys(kernel, gpu=self.meta.get("gpu"))
-            rows = [r for r in rows if (r["workload"], r["config"]) not in stored]
-            # existing="skip": another rank may store the same tuning between the two calls.
-            part = self.store.append(rows, meta=self.meta, existing="skip") if rows else None
+            self._store(tuning_rows(tuner, args, kwargs=kwargs, gpu=self.meta.get("gpu"))[1])
+        except Exception as exc:  # harvesting must never break the user's program
+            self._failed(exc)
+
+    def _store(self, rows: list[dict[str, Any]]) -> None:
+        from costtune.store.dataset import LockTimeout
+
+        by_kernel: dict[str, list[dict[str, Any]]] = {}
+        for row in [*self.pending, *rows]:
+            by_kernel.setdefault(row["kernel"], []).append(row)
+        self.pending = []
+        for kernel, todo in by_kernel.items():
+            try:
+                stored = self.store.measured_keys(kernel, gpu=self.meta.get("gpu"))
+                todo = [r for r in todo if (r["workload"], r["config"]) not in stored]
+                # existing="skip": another rank may store the same tuning meanwhile.
+                part = self.store.append(todo, meta=self.meta, existing="skip") if todo else None
+            except LockTimeout:
+                self.pending += todo
+                continue
             if part is not None:
                 import pyarrow.parquet as pq
 
                 self.rows += pq.read_metadata(part).num_rows
-        except Exception as exc:  # harvesting must never break the user's program
-            from costtune.types import CosttuneWarning
 
-            self.errors.append(f"{type(exc).__name__}: {exc}")
-            if len(self.errors) == 1:
-                warnings.warn(f"costtune harvest: rows not stored ({self.errors[0]})",
-                              CosttuneWarning, stacklevel=3)
+    def _failed(self, exc: Exception) -> None:
+        from costtune.types import CosttuneWarning
+
+        self.errors.append(f"{type(exc).__name__}: {exc}")
+        if len(self.errors) == 1:
+            warnings.warn(f"costtune harvest: rows not stored ({self.errors[0]})",
+                          CosttuneWarning, stacklevel=4)
 
     def close(self) -> None:
-        """Stop listening (the Autotuner is restored when no harvester is left)."""
+        """Stop listening (the Autotuner is restored when no harvester is left); rows a held
+        lock kept back are stored now, waiting for the lock up to a minute."""
         global _ORIGINAL_RUN
+        if self.pending:
+            self.store.lock_timeout = CLOSE_WAIT_S
+            try:
+                self._store([])
+                if self.pending:
+                    raise RuntimeError(f"{len(self.pending)} rows: another writer held the "
+                                       f"store's lock for over {CLOSE_WAIT_S:.0f} s")
+            except Exception as exc:
+                self._failed(exc)
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         if not _ACTIVE and _ORIGINAL_RUN is not None:
@@ -197,9 +234,11 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
     kernel = family if own and family else base.__name__
     if not own and kernel in _SUITE_NAMES:  # never among the suite's rows of that name
         kernel = f"user_{kernel}"
-    workload = Workload(kernel, problem, dtype).id
-    key_values = [all_args.get(k) for k in tuner.keys]
     source = source_hash(tuner.fn)
+    workload = Workload(kernel, problem, dtype).id
+    if not own:  # another kernel of that name, or this one edited: other measurements
+        workload = f"{workload}_src{source[:8]}"
+    key_values = [all_args.get(k) for k in tuner.keys]
     described = describe_source(tuner)  # a static+src model reads the user's kernel by it
     rows, recorded = [], set()
     rule_names = {name for name, _ in launch.rules} if ruled else set()
