@@ -47,7 +47,7 @@ def places(tmp_path_factory) -> dict[str, Path]:
     a_file.write_text("not a folder")
     return {"empty": empty, "corrupt": corrupt, "harvested": harvested, "torn": torn,
             "missing": root / "missing", "lonely": no_booster, "file": a_file,
-            "out": root / "out"}
+            "out": root / "out", "part": corrupt / "softmax" / part.name}
 
 
 def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
@@ -75,6 +75,7 @@ def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["features", "--arch", "12", "--dataset", c], "--arch 12"),
         (["features", "--dataset", str(DATASET)], "inside the shipped dataset"),
         (["features", "--dataset", c, "--out", str(p["empty"])], "is a folder"),
+        (["features", "--dataset", c, "--out", str(p["part"])], "is a part of a measurement"),
         # train
         (["train", "--dataset", e], f"--dataset {e} holds no rows"),
         (["train", "--dataset", m], f"--dataset {m} does not exist"),
@@ -87,6 +88,8 @@ def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["train", "--features", "x", "--dataset", c], "--features 'x'"),
         (["train", "--name", "h200", "--dataset", c], "a shipped model's name"),
         (["train", "--name", "a/b", "--dataset", c], "must be a bare name"),
+        (["train", "--dataset", c, "--out", str(p["empty"])], "is a folder; give the model"),
+        (["train", "--dataset", str(DATASET), "--out", str(p["lonely"])], "pass --force to"),
         # demo: every input before any output
         (["demo", "--dataset", h], "has no 'suite' column"),
         (["demo", "--model", "/no/such.json", "--dataset", str(DATASET)],

@@ -56,6 +56,8 @@ def check_writable(path: Path, *, option: str) -> None:
     before any work, not after it); ``path`` is not a folder."""
     if path.is_dir():
         fail(f"{option} {path} is a folder; give a file path")
+    if path.is_file() and _is_store_part(path):
+        fail(f"{option} {path} is a part of a measurement store; write elsewhere")
     parent = path.expanduser().absolute().parent
     existing = next((p for p in (parent, *parent.parents) if p.exists()), None)
     if existing is None or not existing.is_dir():
@@ -67,3 +69,20 @@ def check_writable(path: Path, *, option: str) -> None:
             pass
     except OSError as exc:
         fail(f"{option} {path}: cannot write in {existing} ({exc.strerror or exc})")
+
+
+def _is_store_part(path: Path) -> bool:
+    """A store's part file: its name, or parquet metadata naming it one."""
+    from costtune.store.dataset import PART_RE
+    from costtune.store.parts import META_KEY
+
+    if PART_RE.fullmatch(path.name):
+        return True
+    if path.suffix != ".parquet":
+        return False
+    try:
+        import pyarrow.parquet as pq
+
+        return META_KEY in (pq.read_schema(path).metadata or {})
+    except Exception:  # not parquet: not a part
+        return False

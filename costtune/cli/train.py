@@ -1,5 +1,6 @@
-"""`costtune train`: fit a cost model on a dataset and save it (versioned) in the user's model
-folder, never into the installed package unless ``--out`` says so.
+"""`costtune train`: fit a cost model on a dataset and save it in the user's model folder,
+never into the installed package unless ``--out`` says so, and over an existing model only
+with ``--force``.
 
 A harvested store (``costtune.harvest``: no ``suite`` column, rows labelled with the family
 they read as) trains each kernel's own model instead (``costtune.model.learned``: continued
@@ -36,7 +37,9 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
           features: str = typer.Option("static", help="static | static+compiled"),
           base: str = typer.Option("h200", help="harvested stores: the model a kernel's own "
                                    "model continues from"),
-          seed: int = 0) -> None:
+          seed: int = 0,
+          force: bool = typer.Option(False, "--force", help="replace a model already saved "
+                                     "under that name or path")) -> None:
     """Train the cost model (the shipped defaults, on the train suite) and save it."""
     from costtune.model.features import FEATURE_SETS
     from costtune.model.files import is_shipped_name, shipped_model_dir, user_model_dir
@@ -58,7 +61,10 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
         if (shipped_model_dir() / f"{name}.json").exists():
             fail(f"--name {name!r} is a shipped model's name; pick another (or --out PATH)")
         out = user_model_dir() / name
-    check_writable(out.with_suffix(".json") if out.suffix != ".json" else out, option="--out")
+    if out.is_dir():
+        fail(f"--out {out} is a folder; give the model's path (<folder>/<name>)")
+    target = out.with_suffix(".json") if out.suffix != ".json" else out
+    check_writable(target, option="--out")
     data = load_rows(dataset)
     if "suite" not in data.columns and ({"family", "kernel_hash"} & set(data.columns)):
         rows = _train_harvested(data, dataset=dataset, base=base, given=given)
@@ -67,6 +73,9 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
         suite = "harvested"
     else:
         rows = _training_rows(data, dataset=dataset, suite=suite)
+    if target.exists() and not force:  # (a harvest's own models are versioned instead)
+        fail(f"{target} exists: a model is saved there; pass --force to replace it, or "
+             "another --name / --out")
     from costtune.evaluate import default_model
     from costtune.model.training import save_with_table
 

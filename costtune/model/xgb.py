@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 import warnings
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -276,13 +277,30 @@ class CostModel(BaseEstimator):
         The JSON holds the schema version, params, feature list, families, GPU, triton version,
         training data hash and per-family training shape ranges (log2 min/max).
         """
-        import xgboost as xgb
-
         self._check_fitted()
         json_path, ubj_path = _model_paths(path)
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        self.booster_.save_model(str(ubj_path))
-        meta = {
+        # Each file written under a temporary name, then moved in place, the JSON last: an
+        # interrupted save leaves the earlier model whole, not its JSON over a new booster.
+        tag = uuid.uuid4().hex[:8]
+        tmp_ubj = ubj_path.with_name(f".{ubj_path.stem}.{tag}.ubj")
+        tmp_json = json_path.with_name(f".{json_path.stem}.{tag}.json")
+        try:
+            self.booster_.save_model(str(tmp_ubj))
+            tmp_json.write_text(json.dumps(self._meta(ubj_path), indent=1) + "\n")
+            os.replace(tmp_ubj, ubj_path)
+            write_forest(json_path, self.booster_)  # the hook's xgboost-free scorer
+            table_path(json_path).unlink(missing_ok=True)  # an earlier model's no longer applies
+            os.replace(tmp_json, json_path)
+        finally:
+            tmp_ubj.unlink(missing_ok=True)
+            tmp_json.unlink(missing_ok=True)
+        return json_path
+
+    def _meta(self, ubj_path: Path) -> dict[str, Any]:
+        import xgboost as xgb
+
+        return {
             "format": MODEL_FORMAT, "schema_version": MODEL_SCHEMA_VERSION,
             "params": self.get_params(), "feature_set": self.features,
             "feature_names": list(self.feature_names_), "families": list(self.families_),
@@ -292,10 +310,6 @@ class CostModel(BaseEstimator):
             "shape_ranges": self.shape_ranges_, "booster": ubj_path.name,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        json_path.write_text(json.dumps(meta, indent=1) + "\n")
-        write_forest(json_path, self.booster_)  # the hook's xgboost-free scorer
-        table_path(json_path).unlink(missing_ok=True)  # an earlier model's no longer applies
-        return json_path
 
     @classmethod
     def load_for(cls, path_or_name: str | os.PathLike, family: str
