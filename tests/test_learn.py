@@ -480,3 +480,22 @@ def test_two_stage_learning_is_skipped_where_nothing_compiles(home):
     assert len(first.learner.updated) == 1
     assert any(s.startswith("stage 2: RuntimeError: Triton's interpreter")
                for s in first.learner.skipped)
+
+
+@pytest.mark.parametrize("text", ["{}", "[1]", '{"model": 3}', '{"model": "../x"}', "null"])
+def test_a_pointer_costtune_did_not_write_is_no_model(text, tmp_path):
+    """A kernel folder's current.json that is JSON but no pointer: no model (the shipped
+    base ranks, and the next update rewrites it), not a KeyError on every call."""
+    (tmp_path / "current.json").write_text(text)
+    assert current_model(tmp_path) is None
+
+
+def test_a_relative_home_stays_where_it_was_first_used(tmp_path, monkeypatch):
+    from costtune.model.files import user_home
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COSTTUNE_HOME", "rel_home_for_test")
+    first = user_home()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert user_home() == first == tmp_path / "rel_home_for_test"

@@ -36,13 +36,17 @@ class ModelSchemaError(ValueError):
     or a booster file that is missing or unreadable."""
 
 
+_HOMES: dict[str, Path] = {}
+
+
 def user_home() -> Path:
     """costtune's per-user folder: ``$COSTTUNE_HOME``, else ``$XDG_CACHE_HOME/costtune``, else
     ``~/.cache/costtune``."""
-    if os.environ.get("COSTTUNE_HOME"):
-        return Path(os.environ["COSTTUNE_HOME"]).expanduser()
+    raw = os.environ.get("COSTTUNE_HOME")
+    if raw:  # a relative one is read against the folder of its first use: a chdir keeps it
+        return _HOMES.setdefault(raw, Path(raw).expanduser().absolute())
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "costtune"
+    return (Path(cache) / "costtune").absolute()
 
 
 def user_model_dir() -> Path:
@@ -162,13 +166,20 @@ def fitted_attributes(meta: dict[str, Any]) -> dict[str, Any]:
                           for f, r in meta.get("shape_ranges", {}).items()}}
 
 
+def has_family_models(path_or_name: str | os.PathLike) -> bool:
+    """Whether ``path_or_name`` is a shipped model's name, whose families may have models of
+    their own (``h200`` -> ``h200_gemm``); a user's model name never takes another model's."""
+    text = os.fspath(path_or_name)
+    return is_shipped_name(text) and (shipped_model_dir() / f"{text}.json").is_file()
+
+
 def load_for_family(load: Any, path_or_name: str | os.PathLike, family: str
                     ) -> tuple[Any, str | None]:
     """``load`` of the model that serves ``family``: for a shipped name such as ``"h200"``,
     the family's own ``h200_<family>`` when there is one, else ``h200``; a path as is.
     Returns (model, a note when a family file was unusable and passed over)."""
     note = None
-    if is_shipped_name(path_or_name):
+    if has_family_models(path_or_name):
         try:
             return load(f"{os.fspath(path_or_name)}_{family}"), None
         except FileNotFoundError:
@@ -210,5 +221,8 @@ def current_model(folder: str | os.PathLike) -> tuple[Path, dict[str, Any]] | No
         record = json.loads(pointer.read_text())
     except (OSError, ValueError):
         return None
-    path = Path(folder) / f"{record['model']}.json"
+    name = record.get("model") if isinstance(record, dict) else None
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name:
+        return None  # not a pointer costtune wrote: as if none (the next update rewrites it)
+    path = Path(folder) / f"{name}.json"
     return (path, record) if path.exists() else None
