@@ -119,7 +119,7 @@ def test_per_row_outputs_and_one_program_per_column_are_softmax_doubts():
     configs = [triton.Config({"BLOCK_SIZE": 256}, num_warps=w) for w in (2, 4)]
     per_row = _doubts(_row_stat_kernel, configs, {"x_ptr": x, "out_ptr": torch.empty(512),
                                                   "n_cols": 256}, family="softmax")
-    assert "1 per row: a loss or a row reduction" in per_row["kind"]
+    assert "1 per row: a loss, a row reduction" in per_row["kind"]
     # A softmax over dim 0 through strides: 256 programs, one per column.
     strided = {"x_ptr": x, "y_ptr": torch.empty_like(x), "n_rows": 512, "n_cols": 256}
     doubts = _doubts(None, configs, strided, grid=(256,), family="softmax")
@@ -186,3 +186,59 @@ def test_a_decode_attention_without_dot_is_no_softmax():
             "kv_len": 2048}
     got = describe(LaunchSpec(), configs, args=args, kernel=_fwd_kernel_stage1)
     assert got.family == "softmax" and "K_Buffer (2048, 64) is larger" in dict(got.doubts)["kind"]
+
+
+def test_inductor_names_and_layouts():
+    """Inductor names kernels after the ops they came from: a pointwise kernel of an addmm is
+    no GEMM, a reduction named after a softmax with no exp is none; a softmax over a strided
+    dim (NCHW, dim=1), one stage of a split softmax and mm_plus_mm are doubts; flex's backward
+    reads its gradient as arg_DO."""
+    @triton.jit
+    def triton_poi_fused_addmm_relu_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+        x = tl.load(in_ptr0 + tl.arange(0, XBLOCK))
+        tl.store(out_ptr0 + tl.arange(0, XBLOCK), tl.maximum(x, 0.0))
+
+    @triton.jit
+    def triton_red_fused__softmax_0(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK: tl.constexpr,
+                                    R0_BLOCK: tl.constexpr):
+        tl.store(out_ptr0, tl.max(tl.load(in_ptr0 + tl.arange(0, R0_BLOCK)), 0))
+
+    @triton.jit
+    def triton_tem_fused_zeros_1(arg_Q, arg_K, arg_V, arg_LSE, arg_DO, out_ptr0,
+                                 BLOCK_M: tl.constexpr):
+        tl.store(out_ptr0, tl.dot(tl.load(arg_Q), tl.load(arg_DO)))
+
+    assert read_kind(triton_poi_fused_addmm_relu_0).family is None
+    assert read_kind(triton_red_fused__softmax_0).what == "a reduction"
+    assert read_kind(triton_tem_fused_zeros_1).what == "a backward pass"
+    configs = [triton.Config({"XBLOCK": x, "R0_BLOCK": 64}) for x in (4, 8)]
+    nchw = {"in_ptr0": torch.empty(8, 64, 32, 32), "out_ptr0": torch.empty(8, 64, 32, 32),
+            "xnumel": 8192, "r0_numel": 64}
+    assert "not in_ptr0's last dim" in _doubts(None, configs, nchw, family="softmax")["shape"]
+    split = {"in_ptr0": torch.empty(2, 1_000_000), "out_ptr0": torch.empty(2, 1, 128),
+             "xnumel": 256, "r0_numel": 7813}
+    assert "one stage of a split" in _doubts(None, configs, split, family="softmax")["kind"]
+    m = 256
+    plus = {"arg_A": torch.empty(m, 64).half(), "arg_B": torch.empty(64, m).half(),
+            "arg_C": torch.empty(m, 128).half(), "arg_D": torch.empty(128, m).half(),
+            "out_ptr0": torch.empty(m, m).half()}
+    doubts = _doubts(None, GEMM_CONFIGS, plus, family="gemm")
+    assert "arg_C (256, 128) @ arg_D (128, 256)" in doubts["kind"]
+    scaled = {"arg_A": torch.empty(m, 64).half(), "arg_B": torch.empty(64, 512).half(),
+              "in_ptr2": torch.empty(m, 1), "out_ptr0": torch.empty(m, 512).half()}
+    got = describe(LaunchSpec(family="gemm"), GEMM_CONFIGS, args={**scaled, "out_ptr0":
+                                                                  torch.empty(1)})
+    assert got.problem == {"M": m, "N": 512, "K": 64}  # a row scale, no M x N output
+
+
+def test_a_flex_block_mask_is_said_and_stays_a_doubt_with_a_mapping():
+    q = torch.empty(1, 2, 256, 64).half()
+    args = {"arg_Q": q, "arg_K": q, "arg_V": q, "arg_LSE": torch.empty(1, 2, 256),
+            "arg_KV_NUM_BLKS": torch.zeros(1, 1, 2, dtype=torch.int32),
+            "arg_KV_IDX": torch.zeros(1, 1, 2, 2, dtype=torch.int32)}
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": 64}) for m in (64, 128)]
+    with pytest.raises(NotApplicable, match=r"block-sparse \(flex\) attention"):
+        describe(LaunchSpec(family="attention"), configs, args=args)
+    mapped = describe(LaunchSpec(family="attention", problem={"B": 1, "H": 2, "S": 256,
+                                                              "D": 64}), configs, args=args)
+    assert "integer tensors ['arg_KV_NUM_BLKS'" in dict(mapped.doubts)["shape"]

@@ -152,12 +152,13 @@ SOURCE_OPS: dict[str, str] = {
     "sum": r"\bsum2?\s*\(",
     "rsqrt": r"\b(rsqrt|sqrt)\s*\(",
     # Reductions and scans of other kinds: tl.reduce, arg-reductions, cumulative sums, sorts.
-    "reduce": r"\b(reduce|argmax|argmin|xor_sum|min)\s*\(",
+    "reduce": r"\b(reduce|argmax|argmin|xor_sum|min|max_with_index|min_with_index|"
+              r"welford\w*)\s*\(",
     "scan": r"\b(associative_scan|cumsum|cumprod|sort|flip)\s*\(",
 }
 # Arguments that name the upstream gradient every backward pass reads (dO, DY, dout,
 # grad_output, x_grad): a backward pass. Not dQ / dK alone: forward kernels name head dims d_k.
-GRADIENT_ARGS = r"^(d_?(o|y|out|output)|grad\w*|\w+_grad)(_?ptrs?)?$"
+GRADIENT_ARGS = r"^(arg_)?(d_?(o|y|out|output)|grad\w*|\w+_grad)(_?ptrs?)?$"
 # A sliding-window (local) attention's window, by the names kernels give it.
 WINDOW_NAMES: tuple[str, ...] = ("WINDOW_SIZE", "window_size", "window_size_left",
                                  "window_size_right", "SLIDING_WINDOW", "sliding_window",

@@ -166,20 +166,13 @@ def fitted_attributes(meta: dict[str, Any]) -> dict[str, Any]:
                           for f, r in meta.get("shape_ranges", {}).items()}}
 
 
-def has_family_models(path_or_name: str | os.PathLike) -> bool:
-    """Whether ``path_or_name`` is a shipped model's name, whose families may have models of
-    their own (``h200`` -> ``h200_gemm``); a user's model name never takes another model's."""
-    text = os.fspath(path_or_name)
-    return is_shipped_name(text) and (shipped_model_dir() / f"{text}.json").is_file()
-
-
 def load_for_family(load: Any, path_or_name: str | os.PathLike, family: str
                     ) -> tuple[Any, str | None]:
     """``load`` of the model that serves ``family``: for a shipped name such as ``"h200"``,
     the family's own ``h200_<family>`` when there is one, else ``h200``; a path as is.
     Returns (model, a note when a family file was unusable and passed over)."""
     note = None
-    if has_family_models(path_or_name):
+    if is_shipped_name(path_or_name):
         try:
             return load(f"{os.fspath(path_or_name)}_{family}"), None
         except FileNotFoundError:

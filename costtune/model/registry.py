@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from costtune.model.files import ModelSchemaError, has_family_models, is_shipped_name, resolve
+from costtune.model.files import ModelSchemaError, is_shipped_name, resolve
 from costtune.types import Config, Workload
 
 _MODELS: dict[tuple, tuple[Any, str | None]] = {}
@@ -83,7 +83,7 @@ def load_noted(model: Any, family: str | None = None, *,
             raise ValueError(f"a cost model needs predict(rows); got {type(model).__name__}")
         return model, None
     text = os.fspath(model)
-    candidates = [f"{text}_{family}", text] if family and has_family_models(text) else [text]
+    candidates = [f"{text}_{family}", text] if family and is_shipped_name(text) else [text]
     stamps = []
     for name in candidates:
         try:

@@ -62,6 +62,10 @@ def _attention(problem: Mapping[str, int], args: Mapping[str, Any]) -> tuple[Dou
     if window is not None and 0 < window[1] < s:
         out.append(("shape", f"a sliding window ({window[0]} = {window[1]}) over S = {s}: "
                     "banded work, where the attention model saw full or causal attention"))
+    ints = [t[0] for t in tensors_in(args) if t[2].startswith(("int", "uint"))]
+    if ints:  # read with problem= (else no sizes are read): still not a dense batch's work
+        out.append(("shape", f"integer tensors {ints[:3]} (offsets, block tables or a block "
+                    "mask): the work is not a dense batch's"))
     square = next((t for t in tensors_in(args) if len(t[1]) >= 2 and t[1][-2:] == (s, s)
                    and s > 1), None)
     if square is not None:
@@ -94,6 +98,10 @@ def _gemm(problem: Mapping[str, int], dtype: str, origin: Mapping[str, str],
     a = next((t for t in mats if t[0] in INPUT_NAMES["gemm"]), mats[0] if mats else None)
     b = next((t for t in mats if t[0] in GEMM_B_NAMES and t is not a),
              next((t for t in mats if t is not a), None))
+    second = _second_product(problem, mats, a, b)
+    if second is not None:
+        out.append(("kind", f"{second}: a second GEMM in the launch (mm_plus_mm?), which the "
+                    "gemm data never had"))
     if a is not None and b is not None and a[2] != b[2] and (
             a[2].startswith(_NARROW) or b[2].startswith(_NARROW)):
         out.append(("dtype", f"mixed operands: {a[0]} {a[2]} x {b[0]} {b[2]} (a quantized "
@@ -101,20 +109,43 @@ def _gemm(problem: Mapping[str, int], dtype: str, origin: Mapping[str, str],
     return tuple(out)
 
 
+def _second_product(problem: Mapping[str, int], mats: list, a: Any, b: Any) -> str | None:
+    """'c @ d' where two more operands multiply to the M x N output (A @ B + C @ D)."""
+    rest = [t for t in mats if t is not a and t is not b and len(t[1]) == 2
+            and "out" not in t[0].lower()]  # the output may have any shape it likes
+    for c in rest:
+        for d in rest:
+            # Inductor's mm_plus_mm names them arg_C / arg_D; otherwise neither may be of the
+            # output's shape (an M x N bias beside an M x N output of a square GEMM).
+            output_like = (problem["M"], problem["N"]) in (c[1], d[1])
+            if (c is not d and c[1][0] == problem["M"] and d[1][1] == problem["N"]
+                    and c[1][1] == d[1][0]
+                    and ((c[0], d[0]) == ("arg_C", "arg_D") or not output_like)):
+                return f"{c[0]} {c[1]} @ {d[0]} {d[1]}"
+    return None
+
+
 def _softmax(problem: Mapping[str, int], args: Mapping[str, Any]) -> tuple[Doubt, ...]:
-    size = problem["rows"] * problem["cols"]
+    rows, cols = problem["rows"], problem["cols"]
+    size = rows * cols
     tensors = [t for t in tensors_in(args) if len(t[1]) >= 1]
     # More than twice the input (a row padded to a power of two is no more than that).
     bigger = next((t for t in tensors if math.prod(t[1]) > 2 * size), None)
     if bigger is not None:
         return (("kind", f"{bigger[0]} {tuple(bigger[1])} is larger than the softmax input "
-                 f"({problem['rows']} x {problem['cols']}): a decode attention or another "
-                 "kernel over more data than one row softmax"),)
+                 f"({rows} x {cols}): a decode attention or another kernel over more data "
+                 "than one row softmax"),)
     sizes = [math.prod(t[1]) for t in tensors]
-    whole = sum(n == size for n in sizes)
-    per_row = sum(n == problem["rows"] for n in sizes)
-    if whole == 1 and per_row and problem["cols"] > 1:
-        return (("kind", f"no output of the input's size ({problem['rows']} x "
-                 f"{problem['cols']}), but {per_row} per row: a loss or a row reduction, "
-                 "not a softmax's traffic"),)
+    whole = sum(size / 2 <= n <= 2 * size for n in sizes)  # the input's size, give or take
+    per_row = sum(n == rows for n in sizes)
+    if whole == 1 and per_row and cols > 1:
+        return (("kind", f"no output of the input's size ({rows} x {cols}), but {per_row} "
+                 "per row: a loss, a row reduction or one stage of a split one, not a "
+                 "softmax's traffic"),)
+    x = next((t for t in tensors if t[0] in INPUT_NAMES["softmax"]), tensors[0] if tensors
+             else None)
+    if x is not None and math.prod(x[1]) == size and x[1][-1] != cols:
+        return (("shape", f"the rows are not {x[0]}'s last dim ({x[0]} {tuple(x[1])}, "
+                 f"{cols} columns): a reduction over a strided dim, which the softmax data "
+                 "never had"),)
     return ()

@@ -84,16 +84,18 @@ def _read_kind(fn: Any) -> KernelKind | None:
     grads = [p for p in _parameters(fn) if re.match(GRADIENT_ARGS, p, flags=re.IGNORECASE)]
     if grads:
         return KernelKind(name, None, "a backward pass", f"its gradient arguments {grads[:3]}")
+    source = _source(fn, depth=2)
+    ops = {op for op, rx in _OPS.items() if rx.search(source)}
     for family, pattern in NAME_PATTERNS.items():
         if re.search(pattern, lowered):
-            return KernelKind(name, family, _FAMILY_WORDS[family], f"its name {name!r}")
-    source = _source(fn, depth=2)
+            if _name_holds(lowered, family, ops if source else None):
+                return KernelKind(name, family, _FAMILY_WORDS[family], f"its name {name!r}")
+            break  # Inductor names kernels after the ops they came from: read the source
     if not source:
         return None
     for what, pattern in OTHER_KIND_SOURCE.items():
         if re.search(pattern, source, flags=re.IGNORECASE):
             return KernelKind(name, None, what, f"its source (names {pattern!r})")
-    ops = {op for op, rx in _OPS.items() if rx.search(source)}
     family, what = _kind_of_ops(ops)
     used = ", ".join(sorted(ops)) or "no dot, exp, reduction or scan"
     return KernelKind(name, family, what, f"its source ({used})")
@@ -115,6 +117,17 @@ def source_constants(kernel: Any) -> dict[str, int]:
 @functools.lru_cache(maxsize=512)
 def _constants(fn: Any) -> tuple[tuple[str, int], ...]:
     return tuple((name, int(value)) for name, value in _CONSTANT.findall(_source(fn, depth=0)))
+
+
+def _name_holds(lowered: str, family: str, ops: set[str] | None) -> bool:
+    """Whether a name that says ``family`` is to be believed: Inductor's pointwise kernels
+    (``triton_poi_fused_addmm_relu_0``) compute no family; a GEMM or attention does a
+    ``tl.dot`` and a softmax an exp, where the source can be read (``ops``)."""
+    if lowered.startswith("triton_poi_"):
+        return False
+    if ops is None:
+        return True
+    return ("dot" in ops) if family in ("gemm", "attention") else ("exp" in ops)
 
 
 def _kind_of_ops(ops: set[str]) -> tuple[str | None, str]:

@@ -84,9 +84,12 @@ def find_problem(family: str, args: Mapping[str, Any], *,
     keys = PROBLEM_KEYS[family]
     ints = _metadata_tensors(args) if family == "attention" and not spec else []
     if ints:
-        raise NotApplicable("problem", f"a varlen or paged attention (integer tensors "
-                            f"{ints[:3]}: sequence offsets or block tables): no B x H x S x D "
-                            "describes it; pass problem= to rank it as a dense batch anyway")
+        flex = [n for n in ints if re.search(r"NUM_BLKS|_IDX$", n, flags=re.IGNORECASE)]
+        what = (f"a block-sparse (flex) attention (block-mask tensors {flex[:3]})" if flex
+                else f"a varlen or paged attention (integer tensors {ints[:3]}: sequence "
+                     "offsets or block tables)")
+        raise NotApplicable("problem", f"{what}: no B x H x S x D describes it; pass problem= "
+                            "to rank it as a dense batch anyway (k stays widened)")
     if callable(spec):
         given = dict(spec(dict(args)))
         origin = {k: "problem=" for k in given}
@@ -206,10 +209,11 @@ def _gemm_shapes(mats: list[tuple[str, tuple[int, ...], str, str]]
     leading dims folded into M (nn.Linear's (B, S, K) activation), and b (K, N) or, as
     tutorial 09's TMA kernels and x @ w.t() take it, b (N, K); a b with leading dims of the
     same count is a batched GEMM (bmm), read as (B*M) x N x K with ``BATCHED`` in M's origin.
-    Another operand c of M*N elements settles which."""
+    Another operand of M*N elements settles which."""
     a = next((o for o in mats if o[0] in INPUT_NAMES["gemm"]), None)
     b = next((o for o in mats if o[0] in GEMM_B_NAMES and o is not a), None)
-    if a is None or b is None:
+    named = a is not None and b is not None
+    if not named:
         if len(mats) < 2:
             return {}
         a, b = mats[0], mats[1]
@@ -222,12 +226,20 @@ def _gemm_shapes(mats: list[tuple[str, tuple[int, ...], str, str]]
     how = f"{an}.shape[0]" if len(ashape) == 2 else f"prod({an}.shape[:-1])"
     if len(bshape) > 2:
         how += f" ({BATCHED}: {lead} GEMMs)"
-    c = math.prod(rest[0]) if rest else None
-    for kb, n, note in ((bshape[-2], bshape[-1], f"{bn}.shape[-1]"),
-                        (bshape[-1], bshape[-2], f"{bn}.shape[-2] (b is N x K)")):
-        if kb == k and c in (None, rows * n):
-            return {"M": (rows, how), "N": (n, note), "K": (k, f"{an}.shape[-1]")}
-    return {}
+    sizes = {math.prod(r) for r in rest}
+    fits = [(n, note) for kb, n, note in (
+        (bshape[-2], bshape[-1], f"{bn}.shape[-1]"),
+        (bshape[-1], bshape[-2], f"{bn}.shape[-2] (b is N x K)")) if kb == k]
+    # An operand of M*N elements (the output) settles which. Operands named as A and B may
+    # come with epilogue operands (a row scale, a broadcast bias) and no such one; the first
+    # two tensors taken as A and B must have it.
+    match = [f for f in fits if not sizes or rows * f[0] in sizes]
+    if not match and named and fits:
+        match = fits[:1]
+    if not match:
+        return {}
+    n, note = match[0]
+    return {"M": (rows, how), "N": (n, note), "K": (k, f"{an}.shape[-1]")}
 
 
 def _size(key: str, value: Any) -> int:
