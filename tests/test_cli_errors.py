@@ -235,3 +235,18 @@ def test_an_unwritable_output_is_refused_before_any_work(places, monkeypatch, tm
         line = one_line_error(CliRunner().invoke(app, args))
         assert "cannot write in" in line and "Permission denied" in line
         assert args[-2] in line
+
+
+def test_kernels_check_passes_on_a_cpu(monkeypatch):
+    """`costtune kernels --check` runs every implementation under the interpreter: each on
+    the check shapes its space and inputs take (TMA kernels refuse K = 300, attention_tma
+    S = 40), and each passes."""
+    monkeypatch.setenv("COLUMNS", "200")
+    result = CliRunner().invoke(app, ["kernels", "--check"])
+    assert result.exit_code == 0, result.output[-2000:]
+    from costtune.kernels import IMPLEMENTATIONS
+
+    rows = [line for line in result.output.splitlines() if line.startswith("│ ")]
+    for name in (n for names in IMPLEMENTATIONS.values() for n in names):
+        row = next(r for r in rows if r.split("│")[1].strip() == name)
+        assert row.split("│")[-2].strip() == "ok", row
