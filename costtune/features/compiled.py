@@ -267,15 +267,23 @@ def _compile_all(jobs: list[CompileJob], *, workers: int | None, sass: bool,
     for j in jobs:
         if j.key in local:
             yield j.key, fn(j)
+    own_pool = pool is None
     pool = pool or get_pool(workers)
     futures = {pool.submit(fn, j): j.key for j in jobs if j.key not in local}
-    for fut in as_completed(futures):
-        try:
-            rec = fut.result()
-        except Exception as exc:  # a worker died (e.g. a compiler segfault)
-            rec = {"status": Status.COMPILE_ERROR.value, "transient": True,
-                   "error": f"{type(exc).__name__}: {exc}"[:600], "compile_s": np.nan}
-        yield futures[fut], rec
+    try:
+        for fut in as_completed(futures):
+            try:
+                rec = fut.result()
+            except Exception as exc:  # a worker died (e.g. a compiler segfault)
+                rec = {"status": Status.COMPILE_ERROR.value, "transient": True,
+                       "error": f"{type(exc).__name__}: {exc}"[:600], "compile_s": np.nan}
+            yield futures[fut], rec
+    except KeyboardInterrupt:  # Ctrl-C: stop the queued compiles, not wait for them all
+        if own_pool:
+            from costtune.build.pool import shutdown_pool
+
+            shutdown_pool(kill=True)
+        raise
 
 
 def _loud(fn: Callable[..., dict[str, Any]], job: CompileJob) -> dict[str, Any]:
