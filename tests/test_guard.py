@@ -228,7 +228,8 @@ def test_check_rejects_nan_even_when_most_configs_give_it():
 def test_a_reference_of_another_shape_is_an_error():
     for reference in (lambda args: args["x"][:10], lambda args: {"out": args["x"][:10]}):
         tuner = scale_tuner(SCALE, Bench(), check={"outputs": ["out"], "reference": reference})
-        with warnings.catch_warnings(), pytest.raises(ValueError, match=r"shape \(10,\).*\(100,\)"):
+        shapes = r"shape \(10,\).*\(100,\)"
+        with warnings.catch_warnings(), pytest.raises(ValueError, match=shapes):
             warnings.simplefilter("ignore")
             run_scale(tuner)
     tuner = scale_tuner(SCALE, Bench(), check={"reference": lambda args: args["x"][:10]})

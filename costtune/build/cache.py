@@ -15,9 +15,12 @@ log = logging.getLogger(__name__)
 
 
 def default_cache_dir() -> Path:
-    """``$COSTTUNE_CACHE`` or ``~/.cache/costtune/features``."""
+    """``$COSTTUNE_CACHE``, else ``features`` in costtune's per-user folder
+    (``$COSTTUNE_HOME``, ``$XDG_CACHE_HOME/costtune`` or ``~/.cache/costtune``)."""
+    from costtune.home import user_home
+
     env = os.environ.get("COSTTUNE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "costtune" / "features"
+    return Path(env) if env else user_home() / "features"
 
 
 def record_path(cache: Path, key: str) -> Path:

@@ -22,6 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from costtune.home import user_home
+
 POINTER = "current.json"  # a per-kernel folder's current model (``model.learned``)
 MODEL_SCHEMA_VERSION = 1
 MODEL_FORMAT = "costtune.CostModel"
@@ -34,19 +36,6 @@ MODEL_PARAMS = ("colsample_bytree", "failures", "family", "features", "learning_
 class ModelSchemaError(ValueError):
     """A saved model this code cannot use: other file format, schema version or feature list,
     or a booster file that is missing or unreadable."""
-
-
-_HOMES: dict[str, Path] = {}
-
-
-def user_home() -> Path:
-    """costtune's per-user folder: ``$COSTTUNE_HOME``, else ``$XDG_CACHE_HOME/costtune``, else
-    ``~/.cache/costtune``."""
-    raw = os.environ.get("COSTTUNE_HOME")
-    if raw:  # a relative one is read against the folder of its first use: a chdir keeps it
-        return _HOMES.setdefault(raw, Path(raw).expanduser().absolute())
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return (Path(cache) / "costtune").absolute()
 
 
 def user_model_dir() -> Path:
