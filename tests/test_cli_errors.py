@@ -67,6 +67,7 @@ def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["collect", "softmax", "--gpus", "a,b", "--out", out], "--gpus must be"),
         (["collect", "softmax", "--max-configs", "0", "--out", out], "--max-configs"),
         (["collect", "softmax", "--out", str(p["file"])], "is a file"),
+        (["collect", "softmax", "--suite", str(p["file"]), "--out", out], "a_file: not JSON"),
         # features
         (["features", "--dataset", e, "--out", out], f"--dataset {e} holds no rows"),
         (["features", "--dataset", m, "--out", out], f"--dataset {m} does not exist"),
@@ -101,6 +102,7 @@ def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["eval", "--dataset", e], f"--dataset {e} holds no rows"),
         (["eval", "--dataset", m], f"--dataset {m} does not exist"),
         (["eval", "--dataset", c], str(p["torn"])),
+        (["eval", "--dataset", c, "--plot", str(p["out"]) + ".txt"], "write a .png"),
         (["eval", "--dataset", h], "no 'suite' column"),
         (["eval", "--plot", e, "--dataset", c], "is a folder"),
         # study: storage and model before the replay dataset

@@ -499,3 +499,14 @@ def test_a_relative_home_stays_where_it_was_first_used(tmp_path, monkeypatch):
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert user_home() == first == tmp_path / "rel_home_for_test"
+
+
+def test_an_unreadable_rows_file_is_moved_aside(tmp_path):
+    from costtune.model.learned import ROWS
+    from costtune.types import CosttuneWarning
+
+    (tmp_path / ROWS).write_bytes(b"PAR1 cut short")
+    with pytest.warns(CosttuneWarning, match="could not be read"):
+        assert read_rows(tmp_path).empty
+    assert not (tmp_path / ROWS).exists()
+    assert len(list(tmp_path.glob(f"{ROWS}.unreadable-*"))) == 1

@@ -25,6 +25,8 @@ def eval_(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
     """Score the cost model and every baseline on the test suite (TenSet top-k)."""
     if plot is not None:
         check_writable(plot, option="--plot")
+        if plot.suffix.lower() not in (".png", ".pdf", ".svg"):
+            fail(f"--plot {plot}: write a .png, .pdf or .svg file")
     board = print_leaderboard(dataset, model=model, as_json=as_json)
     if plot is not None:
         from costtune.evaluate import plot_topk

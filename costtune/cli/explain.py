@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         own costtune hook, or, with an option or for a plain triton.autotune kernel, the hook
         with these options (the run itself keeps the kernel's own tuning)."""
         if not script.is_file():
-            typer.echo(f"no script {script}", err=True)
+            typer.echo(f"error: no script {script}", err=True)
             raise typer.Exit(2)
         if model is not None:
             from costtune.cli.eval import check_model

@@ -45,6 +45,8 @@ def features(dataset: Path = typer.Option(Path("datasets/h200"), help="store roo
         fail("--ir writes one table per kernel family: pass --kernel")
     if out is None:
         folder = dataset if dataset.is_dir() else dataset.parent
+        if any(folder.glob("part-*.parquet")):  # a kernel folder of a store: beside it
+            folder = folder.parent
         name = f"features_{kernel}.parquet" if kernel else "features.parquet"
         out = folder / (f"features_{kernel}_ir.parquet" if ir else name)
         if is_shipped(out):

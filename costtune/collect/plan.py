@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from costtune.kernels import get_implementation
+from costtune.kernels import FLAG_KEYS, get_implementation
 from costtune.types import Config, Workload
 
 
@@ -22,13 +22,20 @@ def suite_problems(kernel: str, suite: str) -> list[dict[str, Any]]:
     path = Path(suite)
     if not path.is_file():
         raise ValueError(f"--suite must be 'train', 'test' or a JSON file; {suite!r} is neither")
-    problems = json.loads(path.read_text())
+    try:
+        problems = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from None
     if not isinstance(problems, list) or not all(isinstance(p, dict) for p in problems):
         raise ValueError(f"{path}: expected a JSON list of problem dicts")
     for p in problems:
         missing = set(family.PROBLEM_KEYS) - set(p)
         if missing:
             raise ValueError(f"{path}: problem {p} lacks {sorted(missing)}")
+        bad = [k for k in family.PROBLEM_KEYS if k not in FLAG_KEYS and (
+            isinstance(p[k], bool) or not isinstance(p[k], int) or p[k] < 0)]
+        if bad:
+            raise ValueError(f"{path}: problem {p}: {bad[0]} must be a whole number >= 0")
     return problems
 
 

@@ -152,9 +152,26 @@ class _SumBooster:
 
 
 def read_rows(folder: str | os.PathLike) -> pd.DataFrame:
-    """Every row a kernel folder learned from (empty when none)."""
+    """Every row a kernel folder learned from (empty when none). A file that cannot be read
+    (cut short, zero bytes) is moved aside with a warning naming where, and learning goes on
+    from the rows that come next (it failed on every later update)."""
     path = Path(folder) / ROWS
-    return pd.read_parquet(path) if path.exists() else pd.DataFrame()
+    if not path.exists():
+        return pd.DataFrame()
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow's ArrowInvalid, an OSError: the file, not the caller
+        import time
+        import warnings
+
+        from costtune.types import CosttuneWarning
+
+        aside = path.with_name(f"{ROWS}.unreadable-{time.strftime('%Y%m%dT%H%M%S')}")
+        os.replace(path, aside)
+        warnings.warn(f"costtune learn: {path} could not be read ({type(exc).__name__}); "
+                      f"moved to {aside.name}, learning goes on from the rows that come next",
+                      CosttuneWarning, stacklevel=2)
+        return pd.DataFrame()
 
 
 def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
