@@ -225,6 +225,31 @@ def test_check_rejects_nan_even_when_most_configs_give_it():
     assert len(tuner.rejected) == 2 and all("NaN" in v for v in tuner.rejected.values())
 
 
+@triton.jit
+def _masked_lse(x, out, n, BLOCK: tl.constexpr, BUG: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(x + offs, mask=offs < n)
+    v = tl.where(offs % 2 == 0, -float("inf"), v)  # masked entries: -inf, as they should be
+    if BUG == 1:
+        v = tl.where(v == -float("inf"), 0.0, v)  # finite, and wrong
+    tl.store(out + offs, v, mask=offs < n)
+
+
+def test_an_inf_the_majority_agrees_on_is_right():
+    """-inf can be a right answer (a masked row's log-sum-exp): three configs agreeing on it
+    out-vote the one finite, wrong config (NaN alone is wrong before any vote)."""
+    configs = [triton.Config({"BLOCK": 16, "BUG": 1})] + [
+        triton.Config({"BLOCK": b, "BUG": 0}) for b in (32, 64, 128)]
+    tuner = costtune.autotune(configs, key=["n"], do_bench=Bench(), check=True)(_masked_lse)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = torch.randn(100)
+        out = torch.empty_like(x)
+        tuner[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, out, 100)
+    assert tuner.best_config is not configs[0]
+    assert list(tuner.rejected) == [Config.from_triton(configs[0]).key]
+
+
 def test_a_reference_of_another_shape_is_an_error():
     for reference in (lambda args: args["x"][:10], lambda args: {"out": args["x"][:10]}):
         tuner = scale_tuner(SCALE, Bench(), check={"outputs": ["out"], "reference": reference})

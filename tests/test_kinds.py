@@ -242,3 +242,25 @@ def test_a_flex_block_mask_is_said_and_stays_a_doubt_with_a_mapping():
     mapped = describe(LaunchSpec(family="attention", problem={"B": 1, "H": 2, "S": 256,
                                                               "D": 64}), configs, args=args)
     assert "integer tensors ['arg_KV_NUM_BLKS'" in dict(mapped.doubts)["shape"]
+
+
+def test_what_must_not_raise_a_doubt():
+    """False doubts a review found: a (B, H, S, D) query where S == D is no S x S mask; a
+    D_OUT size or a REQUIRES_GRAD flag is no gradient; (M, 1) and (1, N) scales are no second
+    GEMM."""
+    q = torch.empty(8, 16, 64, 64).half()
+    configs = [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=w) for w in (4, 8)]
+    assert _doubts(None, configs, {"Q": q, "K": q, "V": q, "Out": q}, family="attention") == {}
+    masked = {"Q": q, "K": q, "V": q, "Out": q, "mask": torch.ones(8, 1, 64, 64, dtype=torch.bool)}
+    assert "mask" in _doubts(None, configs, masked, family="attention")["shape"]
+
+    @triton.jit
+    def linear_kernel(x_ptr, w_ptr, y_ptr, M, D_IN, D_OUT, REQUIRES_GRAD: tl.constexpr,
+                      BLOCK_M: tl.constexpr):
+        tl.store(y_ptr, tl.dot(tl.load(x_ptr), tl.load(w_ptr)))
+    assert read_kind(linear_kernel).family == "gemm"
+    m = 256
+    scaled = {"a_ptr": torch.empty(m, 64).half(), "b_ptr": torch.empty(64, 512).half(),
+              "scale_a_ptr": torch.empty(m, 1), "scale_b_ptr": torch.empty(1, 512),
+              "c_ptr": torch.empty(m, 512).half()}
+    assert "kind" not in _doubts(None, GEMM_CONFIGS, scaled, family="gemm")

@@ -789,3 +789,18 @@ def test_a_user_kernel_named_like_a_suite_kernel_is_harvested_apart(tmp_path):
     rows = costtune.load_dataset(tmp_path / "h")
     assert h.errors == [] and h.rows == 2 and set(rows["kernel"]) == {"user_softmax"}
     assert (rows["family"] == "softmax").all()
+
+
+def test_explain_ranks_what_a_rebuilding_filter_returned(capsys):
+    """costtune.explain with a filter returning configs of its own (it raised KeyError)."""
+    configs = [triton.Config({"BM": m, "BN": 32, "BK": 32}, num_warps=4) for m in (16, 32)]
+
+    def rebuild(configs, named_args, **kwargs):
+        return [triton.Config(dict(c.kwargs), num_warps=4, num_stages=1) for c in configs]
+
+    tuner = costtune.autotune(configs, key=["M"], top_k=1,
+                              prune_configs_by={"early_config_prune": rebuild})(_filtered_matmul)
+    x, y = torch.empty(64, 64).half(), torch.empty(64, 64).half()
+    costtune.explain(tuner, x, y, torch.empty(64, 64), 64, 64, 64,
+                     grid=lambda meta: (64 // meta["BM"], 2))
+    assert "num_stages=1" in capsys.readouterr().out

@@ -156,9 +156,11 @@ SOURCE_OPS: dict[str, str] = {
               r"welford\w*)\s*\(",
     "scan": r"\b(associative_scan|cumsum|cumprod|sort|flip)\s*\(",
 }
-# Arguments that name the upstream gradient every backward pass reads (dO, DY, dout,
-# grad_output, x_grad): a backward pass. Not dQ / dK alone: forward kernels name head dims d_k.
-GRADIENT_ARGS = r"^(arg_)?(d_?(o|y|out|output)|grad\w*|\w+_grad)(_?ptrs?)?$"
+# Arguments that name the upstream gradient every backward pass reads (dO, DY, dout, d_out_ptr,
+# grad_output): a backward pass. Not dQ / dK alone (forward kernels name head dims d_k), not
+# D_OUT (a size), not a REQUIRES_GRAD flag; constexpr parameters never count.
+GRADIENT_ARGS = (r"^(arg_)?(d(o|y|out|output)(_?ptrs?)?|d_(o|y|out|output)_?ptrs?|"
+                 r"grad_?(o|y|out|output)?(_?ptrs?)?)$")
 # A sliding-window (local) attention's window, by the names kernels give it.
 WINDOW_NAMES: tuple[str, ...] = ("WINDOW_SIZE", "window_size", "window_size_left",
                                  "window_size_right", "SLIDING_WINDOW", "sliding_window",

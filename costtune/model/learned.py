@@ -160,14 +160,19 @@ def read_rows(folder: str | os.PathLike) -> pd.DataFrame:
         return pd.DataFrame()
     try:
         return pd.read_parquet(path)
-    except Exception as exc:  # pyarrow's ArrowInvalid, an OSError: the file, not the caller
+    except FileNotFoundError:  # another process moved it aside meanwhile
+        return pd.DataFrame()
+    except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError: the file is bad
         import time
         import warnings
 
         from costtune.types import CosttuneWarning
 
         aside = path.with_name(f"{ROWS}.unreadable-{time.strftime('%Y%m%dT%H%M%S')}")
-        os.replace(path, aside)
+        try:
+            os.replace(path, aside)
+        except FileNotFoundError:  # another process moved it first
+            return pd.DataFrame()
         warnings.warn(f"costtune learn: {path} could not be read ({type(exc).__name__}); "
                       f"moved to {aside.name}, learning goes on from the rows that come next",
                       CosttuneWarning, stacklevel=2)

@@ -15,6 +15,7 @@ hook widens k.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +31,7 @@ from costtune.tune.sizes import BATCHED, tensors_in
 __all__ = ["problem_doubts"]
 
 Doubt = tuple[str, str]
+_MASK = re.compile(r"bias|mask|alibi", re.IGNORECASE)
 # Element types whose GEMMs the data holds none of beside float operands.
 _NARROW = ("int", "uint", "float8", "bool")
 
@@ -66,8 +68,9 @@ def _attention(problem: Mapping[str, int], args: Mapping[str, Any]) -> tuple[Dou
     if ints:  # read with problem= (else no sizes are read): still not a dense batch's work
         out.append(("shape", f"integer tensors {ints[:3]} (offsets, block tables or a block "
                     "mask): the work is not a dense batch's"))
+    # Where S == D every (B, H, S, D) tensor is "S x S": then only one named as a bias or mask.
     square = next((t for t in tensors_in(args) if len(t[1]) >= 2 and t[1][-2:] == (s, s)
-                   and s > 1), None)
+                   and s > 1 and (s != problem["D"] or _MASK.search(t[0]))), None)
     if square is not None:
         out.append(("shape", f"{square[0]} {tuple(square[1])} is an S x S bias or mask; the "
                     "attention model saw no such term"))
@@ -119,7 +122,7 @@ def _second_product(problem: Mapping[str, int], mats: list, a: Any, b: Any) -> s
             # output's shape (an M x N bias beside an M x N output of a square GEMM).
             output_like = (problem["M"], problem["N"]) in (c[1], d[1])
             if (c is not d and c[1][0] == problem["M"] and d[1][1] == problem["N"]
-                    and c[1][1] == d[1][0]
+                    and c[1][1] == d[1][0] > 1  # (M, 1) x (1, N): row and column scales
                     and ((c[0], d[0]) == ("arg_C", "arg_D") or not output_like)):
                 return f"{c[0]} {c[1]} @ {d[0]} {d[1]}"
     return None

@@ -121,6 +121,7 @@ def explain_call(tuner: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *,
         warnings.simplefilter("always")
         kept = pruner(configs, named, **kwargs)
     decision = pruner.last
+    configs = decision.configs or configs  # a user filter's own configs are what ranked
     ours = [str(w.message) for w in caught if issubclass(w.category, CosttuneWarning)]
     # What ranked: the kernel's learned model where learn=True taught it one, else the hook's.
     out = Explanation(python_function(tuner).__name__, len(configs),

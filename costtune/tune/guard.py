@@ -18,9 +18,11 @@ outputs disagree (NaN where the others are finite, a large error) cannot win.
   ``||a - b|| <= rtol * max(||a||, ||b||) + atol * sqrt(numel)`` (default rtol 1e-2, 5e-2 for
   bfloat16, 1e-1 for 8-bit floats; atol 0; integer and bool outputs must match exactly).
 
-Votes: a config with NaN/inf where another config is finite is wrong, however many agree
-with it; among the others, outputs that agree form a group, and the largest group, if it holds
-more than half of them, is right and every config outside it is wrong. With fewer than three
+Votes: a config with NaN where another config has none is wrong, however many agree with it;
+among the others, outputs that agree form a group, and the largest group, if it holds more
+than half of them, is right and every config outside it is wrong; without such a majority, a
+config with NaN/inf where another is finite is wrong (an inf can be right: a fully masked
+row's log-sum-exp). With fewer than three
 voters ``costtune.autotune`` launches more configs (untimed) to vote. Every input tensor is put
 back as it was before each check launch and after the last, so in-place kernels see the same
 inputs; outputs are read right after the launch, before autotune's post_hook (``restore_value``
@@ -41,7 +43,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CheckSpec", "OutputGuard", "check_spec", "tensors_of"]
+__all__ = ["CheckError", "CheckSpec", "OutputGuard", "check_spec", "tensors_of"]
 
 _KEYS = ("outputs", "reference", "rtol", "atol")
 _RTOL = {"bfloat16": 5e-2, "float8_e4m3fn": 1e-1, "float8_e5m2": 1e-1,
@@ -127,6 +129,13 @@ def _agree(a: Any, b: Any, *, rtol: float | None, atol: float) -> bool:
     return diff <= tol * scale + atol * math.sqrt(max(1, a64.numel()))
 
 
+def _has_nan(outputs: Mapping[str, Any]) -> bool:
+    import torch
+
+    return any(bool(torch.isnan(t).any()) for t in outputs.values()
+               if t.is_floating_point() or t.is_complex())
+
+
 def _finite(outputs: Mapping[str, Any]) -> bool:
     import torch
 
@@ -147,6 +156,7 @@ class OutputGuard:
                              f"(tensor arguments: {sorted(self.tensors)})")
         self.before = {k: v.clone() for k, v in self.tensors.items()}
         self.records: dict[str, bool] = {}  # config text -> its outputs are all finite
+        self.nan: dict[str, bool] = {}  # config text -> its outputs hold a NaN
         self.groups: list[tuple[dict[str, Any], list[str]]] = []  # (outputs, members)
         self.wrong: dict[str, str] = {}
         self._expected: dict[str, Any] | None = None
@@ -186,6 +196,7 @@ class OutputGuard:
         launch(lambda: taken.append(self._outputs()))
         out = taken[0] if taken else self._outputs()
         self.records[name] = _finite(out)
+        self.nan[name] = _has_nan(out)
         if self._expected is not None:
             why = self._against_reference(out)
             if why:
@@ -228,8 +239,9 @@ class OutputGuard:
         return ""
 
     def judge(self) -> dict[str, str]:
-        """{config: why it is wrong} over every config recorded so far: NaN/inf where another
-        config is finite first, then the majority vote among the others."""
+        """{config: why it is wrong} over every config recorded so far: NaN where another
+        config has none first, then the majority vote among the others; without a majority,
+        NaN/inf where another config is finite (an inf may be right: a masked row's LSE)."""
         if self._expected is not None:
             return dict(self.wrong)
         out = self._non_finite()
@@ -242,13 +254,16 @@ class OutputGuard:
                     detail = "" if name in grouped else " (one of too many distinct outputs)"
                     out[name] = (f"its outputs disagree with {len(biggest)} of "
                                  f"{len(voters)} configs{detail}")
+        elif any(self.records[n] for n in voters):
+            out.update((n, "NaN/inf in its outputs where other configs are finite")
+                       for n in voters if not self.records[n])
         return out
 
     def _non_finite(self) -> dict[str, str]:
-        if not any(self.records.values()):
+        if all(self.nan.values()):
             return {}
-        return {n: "NaN/inf in its outputs where other configs are finite"
-                for n, finite in self.records.items() if not finite}
+        return {n: "NaN in its outputs where other configs have none"
+                for n, nan in self.nan.items() if nan}
 
     def _biggest(self, excluded: Mapping[str, str]) -> list[str]:
         groups = [[m for m in members if m not in excluded] for _, members in self.groups]
@@ -263,12 +278,16 @@ class OutputGuard:
         return 2 * len(self._biggest(out)) > len(self.records) - len(out)
 
 
+class CheckError(ValueError):
+    """The user's ``check=`` reference cannot be compared with the kernel's outputs."""
+
+
 def _check_shape(name: str, ref: Any, got: Any) -> None:
     """ValueError when the reference's ``name`` cannot be compared with the kernel's."""
     shape = getattr(ref, "shape", None)
     if shape is None or tuple(shape) != tuple(got.shape):
         what = f"shape {tuple(shape)}" if shape is not None else type(ref).__name__
-        raise ValueError(f"check reference gives {name or 'its output'} as {what}, but the "
+        raise CheckError(f"check reference gives {name or 'its output'} as {what}, but the "
                          f"kernel's {name or 'output'} has shape {tuple(got.shape)}")
 
 

@@ -103,7 +103,7 @@ class Harvester:
         for row in [*self.pending, *rows]:
             by_kernel.setdefault(row["kernel"], []).append(row)
         self.pending = []
-        for kernel, todo in by_kernel.items():
+        for kernel, todo in by_kernel.items():  # one kernel's failure keeps the others'
             try:
                 stored = self.store.measured_keys(kernel, gpu=self.meta.get("gpu"))
                 todo = [r for r in todo if (r["workload"], r["config"]) not in stored]
@@ -111,6 +111,9 @@ class Harvester:
                 part = self.store.append(todo, meta=self.meta, existing="skip") if todo else None
             except LockTimeout:
                 self.pending += todo
+                continue
+            except Exception as exc:  # these rows cannot be stored (said once), the rest can
+                self._failed(exc)
                 continue
             if part is not None:
                 import pyarrow.parquet as pq

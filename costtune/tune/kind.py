@@ -147,10 +147,12 @@ def _kind_of_ops(ops: set[str]) -> tuple[str | None, str]:
 
 
 def _parameters(fn: Any) -> list[str]:
+    """The function's parameters that are no ``tl.constexpr``."""
     try:
-        return list(inspect.signature(fn).parameters)
+        params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return []
+    return [p.name for p in params if "constexpr" not in str(p.annotation)]
 
 
 def splits_k(kernel: Any) -> bool | None:

@@ -42,7 +42,7 @@ from triton.runtime.autotuner import Autotuner
 
 from costtune.tune.decision import config_key, tuning_report, warn
 from costtune.tune.feasibility import config_text, finite_time
-from costtune.tune.guard import MIN_VOTERS, CheckSpec, OutputGuard
+from costtune.tune.guard import MIN_VOTERS, CheckError, CheckSpec, OutputGuard
 from costtune.tune.ranks import check_ranks, choice, config_from, tuning_key, world
 
 __all__ = ["SafeAutotuner"]
@@ -77,9 +77,8 @@ class SafeAutotuner(Autotuner):
 
     @property
     def bench_time(self) -> float:
-        """Seconds the latest tuning benchmarked, as Triton reports it (its log line, a
-        harvest's ``bench_s``): Triton times only its read-back of the times measured in
-        ``_tune``, so that tuning's time is added when Triton sets it."""
+        """Seconds the latest tuning benchmarked (Triton's log line, a harvest's ``bench_s``):
+        Triton times its read-back of ``_tune``'s times, to which ``_tune``'s own is added."""
         return self._bench_time
 
     @bench_time.setter
@@ -118,8 +117,8 @@ class SafeAutotuner(Autotuner):
             self.early_config_prune.kernel_dir = self.learner.folder()
         try:
             out = super().run(*args, **kwargs)
-        finally:
-            self._tuning, self._timed, self._kwargs = False, {}, None
+        finally:  # a tuning that raised leaves no time for the next one's bench_time
+            self._tuning, self._timed, self._kwargs, self._tune_s = False, {}, None, 0.0
         timings = getattr(self, "configs_timings", None)
         if (self.learner is not None and timings is not None and timings is not before
                 and not self._from_disk):
@@ -188,6 +187,8 @@ class SafeAutotuner(Autotuner):
                 try:
                     guard.record(config_text(config), lambda taken, c=config: self._launch_once(
                         c, args, kwargs, taken))
+                except CheckError:  # the user's reference is wrong: theirs to hear
+                    raise
                 except Exception:  # cannot launch here: says nothing
                     continue
         finally:
@@ -327,6 +328,8 @@ class SafeAutotuner(Autotuner):
                 guard.record(text, lambda taken, c=config: self._launch_once(c, args, kwargs,
                                                                              taken))
                 extra += 1
+            except CheckError:
+                raise
             except Exception:  # a voter that cannot launch says nothing
                 continue
 
