@@ -288,10 +288,12 @@ class CostModel(BaseEstimator):
         try:
             self.booster_.save_model(str(tmp_ubj))
             tmp_json.write_text(json.dumps(self._meta(ubj_path), indent=1) + "\n")
-            os.replace(tmp_ubj, ubj_path)
-            write_forest(json_path, self.booster_)  # the hook's xgboost-free scorer
             table_path(json_path).unlink(missing_ok=True)  # an earlier model's no longer applies
+            os.replace(tmp_ubj, ubj_path)  # the pair apart only between these two renames
             os.replace(tmp_json, json_path)
+            # The hook's xgboost-free scorer: a forest of another booster is never used (it
+            # records the booster's hash), so it is written last.
+            write_forest(json_path, self.booster_)
         finally:
             tmp_ubj.unlink(missing_ok=True)
             tmp_json.unlink(missing_ok=True)
