@@ -103,6 +103,7 @@ def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["eval", "--dataset", m], f"--dataset {m} does not exist"),
         (["eval", "--dataset", c], str(p["torn"])),
         (["eval", "--dataset", c, "--plot", str(p["out"]) + ".txt"], "write a .png"),
+        (["demo", "--shape", "99999999999999999999,1,1"], "below 2^31"),
         (["eval", "--dataset", h], "no 'suite' column"),
         (["eval", "--plot", e, "--dataset", c], "is a folder"),
         # study: storage and model before the replay dataset

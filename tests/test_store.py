@@ -454,3 +454,16 @@ def test_a_claim_is_exclusive_and_dies_with_its_process(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_gpu_filter_matching_nothing_says_so():
+    import warnings as _w
+
+    from costtune.store.dataset import StoreWarning
+
+    dataset = Path(__file__).resolve().parents[1] / "datasets" / "h200"
+    with _w.catch_warnings(record=True) as caught:
+        _w.simplefilter("always")
+        assert costtune.load_dataset(dataset, kernel="softmax", gpu="H200").empty
+    assert any(issubclass(w.category, StoreWarning) and "'NVIDIA H200'" in str(w.message)
+               for w in caught)

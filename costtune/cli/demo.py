@@ -70,9 +70,9 @@ def parse_shape(text: str) -> dict[str, int]:
         sizes = [int(p) for p in parts]
     except ValueError:
         sizes = []
-    if len(sizes) != 3 or min(sizes) < 1:
-        raise typer.BadParameter(f"--shape takes M,N,K as three positive integers, got "
-                                 f"{text!r}")
+    if len(sizes) != 3 or min(sizes) < 1 or max(sizes) > 2**31 - 1:
+        raise typer.BadParameter(f"--shape takes M,N,K as three positive integers below "
+                                 f"2^31, got {text!r}")
     return dict(zip(("M", "N", "K"), sizes))
 
 

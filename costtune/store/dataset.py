@@ -303,7 +303,15 @@ def load_dataset(path: str | os.PathLike, *, kernel: str | None = None,
         raise FileNotFoundError(f"no dataset at {path}")
     if kernel is not None and not df.empty:
         df = df[df["kernel"] == kernel].reset_index(drop=True)
+    if gpu is not None and df.empty and _holds_rows(path):
+        warnings.warn(f"no rows measured on GPU {gpu!r} in {path} (the gpu column holds "
+                      "full model names, e.g. 'NVIDIA H200')", StoreWarning, stacklevel=2)
     return df
+
+
+def _holds_rows(path: Path) -> bool:
+    """Whether ``path`` holds any part at all (its rows then are on other GPUs)."""
+    return path.is_file() or any(path.glob("**/part-*.parquet"))
 
 
 def _warn_unknown_kernel(store: Store, kernel: str | None) -> None:
