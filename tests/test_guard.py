@@ -274,14 +274,20 @@ def test_check_restores_inputs_for_in_place_kernels():
     """Each check launch sees the call's inputs (the benchmark ran the kernel many times on
     them), so correct in-place configs agree; the user's tensor ends as one launch leaves it."""
     configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
-    tuner = costtune.autotune(configs, key=["n"], do_bench=Bench(), check=True,
-                              restore_value=["x"])(_add_one_in_place)
+    tuner, x, before = tune_in_place(_add_one_in_place, configs, check=True)
+    assert tuner.rejected == {} and torch.equal(x, before + 1)
+
+
+def tune_in_place(kernel, configs, *, check):
+    """Tune an in-place kernel of x with restore_value=["x"]: (tuner, x after, x before)."""
+    tuner = costtune.autotune(configs, key=["n"], do_bench=Bench(), check=check,
+                              restore_value=["x"])(kernel)
     x = torch.randn(100)
     before = x.clone()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tuner[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, 100)
-    assert tuner.rejected == {} and torch.equal(x, before + 1)
+    return tuner, x, before
 
 
 @triton.jit
@@ -300,13 +306,7 @@ def test_check_sees_in_place_outputs_that_restore_value_puts_back(check):
     before it (it saw none, so a wrong in-place config, benchmarked fastest, won)."""
     configs = [triton.Config({"BLOCK": 16, "BUG": 1})] + [
         triton.Config({"BLOCK": b, "BUG": 0}) for b in (32, 64)]
-    tuner = costtune.autotune(configs, key=["n"], do_bench=Bench(), check=check,
-                              restore_value=["x"])(_scale_in_place)
-    x = torch.randn(100)
-    before = x.clone()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tuner[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, 100)
+    tuner, x, before = tune_in_place(_scale_in_place, configs, check=check)
     assert tuner.best_config is not configs[0] and torch.allclose(x, 2 * before)
     assert list(tuner.rejected) == [Config.from_triton(configs[0]).key]
 

@@ -56,7 +56,8 @@ def _int_arg(args: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, int]
 def _attention(problem: Mapping[str, int], args: Mapping[str, Any]) -> tuple[Doubt, ...]:
     out: list[Doubt] = []
     s = problem["S"]
-    keys = _int_arg(args, KV_LENGTH_NAMES) or _key_length(problem, args)
+    tensors = tensors_in(args)
+    keys = _int_arg(args, KV_LENGTH_NAMES) or _key_length(problem, tensors)
     if keys is not None and keys[1] != s:
         out.append(("shape", f"cross-attention: {keys[1]} keys ({keys[0]}) for {s} queries; "
                     "the attention model saw S of both"))
@@ -64,12 +65,12 @@ def _attention(problem: Mapping[str, int], args: Mapping[str, Any]) -> tuple[Dou
     if window is not None and 0 < window[1] < s:
         out.append(("shape", f"a sliding window ({window[0]} = {window[1]}) over S = {s}: "
                     "banded work, where the attention model saw full or causal attention"))
-    ints = [t[0] for t in tensors_in(args) if t[2].startswith(("int", "uint"))]
+    ints = [t[0] for t in tensors if t[2].startswith(("int", "uint"))]
     if ints:  # read with problem= (else no sizes are read): still not a dense batch's work
         out.append(("shape", f"integer tensors {ints[:3]} (offsets, block tables or a block "
                     "mask): the work is not a dense batch's"))
     # Where S == D every (B, H, S, D) tensor is "S x S": then only one named as a bias or mask.
-    square = next((t for t in tensors_in(args) if len(t[1]) >= 2 and t[1][-2:] == (s, s)
+    square = next((t for t in tensors if len(t[1]) >= 2 and t[1][-2:] == (s, s)
                    and s > 1 and (s != problem["D"] or _MASK.search(t[0]))), None)
     if square is not None:
         out.append(("shape", f"{square[0]} {tuple(square[1])} is an S x S bias or mask; the "
@@ -77,10 +78,10 @@ def _attention(problem: Mapping[str, int], args: Mapping[str, Any]) -> tuple[Dou
     return tuple(out)
 
 
-def _key_length(problem: Mapping[str, int], args: Mapping[str, Any]) -> tuple[str, int] | None:
+def _key_length(problem: Mapping[str, int], tensors: list) -> tuple[str, int] | None:
     """(the keys' tensor, its length) where a keys tensor of the query's rank differs from
     the query's shape only where the query has S (a chunked prefill over a longer cache)."""
-    ranked = {t[0]: t[1] for t in tensors_in(args)}
+    ranked = {t[0]: t[1] for t in tensors}
     q = next((ranked[n] for n in INPUT_NAMES["attention"] if n in ranked), None)
     k = next(((n, ranked[n]) for n in KEY_NAMES if n in ranked), None)
     if q is None or k is None or len(k[1]) != len(q):

@@ -103,12 +103,9 @@ class Harvester:
         for row in [*self.pending, *rows]:
             by_kernel.setdefault(row["kernel"], []).append(row)
         self.pending = []
-        for kernel, todo in by_kernel.items():  # one kernel's failure keeps the others'
-            try:
-                stored = self.store.measured_keys(kernel, gpu=self.meta.get("gpu"))
-                todo = [r for r in todo if (r["workload"], r["config"]) not in stored]
-                # existing="skip": another rank may store the same tuning meanwhile.
-                part = self.store.append(todo, meta=self.meta, existing="skip") if todo else None
+        for todo in by_kernel.values():  # one kernel's failure keeps the others'
+            try:  # existing="skip": rows already stored (by another rank too) are left out
+                part = self.store.append(todo, meta=self.meta, existing="skip")
             except LockTimeout:
                 self.pending += todo
                 continue
@@ -134,13 +131,10 @@ class Harvester:
         global _ORIGINAL_RUN
         if self.pending:
             self.store.lock_timeout = CLOSE_WAIT_S
-            try:
-                self._store([])
-                if self.pending:
-                    raise RuntimeError(f"{len(self.pending)} rows: another writer held the "
-                                       f"store's lock for over {CLOSE_WAIT_S:.0f} s")
-            except Exception as exc:
-                self._failed(exc)
+            self._store([])
+            if self.pending:
+                self._failed(RuntimeError(f"{len(self.pending)} rows: another writer held the "
+                                          f"store's lock for over {CLOSE_WAIT_S:.0f} s"))
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         if not _ACTIVE and _ORIGINAL_RUN is not None:

@@ -53,17 +53,12 @@ METADATA_DTYPES = frozenset({"int32", "int64", "uint32", "uint64", "bool"})
 def operands(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, str]]:
     """(name, shape, dtype, "tensor" | "descriptor") of every tensor-like argument that can be
     an operand (not metadata: ``METADATA_DTYPES``), in order."""
-    return [o for o in _tensors(args) if o[2] not in METADATA_DTYPES]
+    return [o for o in tensors_in(args) if o[2] not in METADATA_DTYPES]
 
 
 def tensors_in(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, str]]:
     """(name, shape, dtype, "tensor" | "descriptor") of every tensor-like argument, integer
     ones too (an int4 weight packed in int32)."""
-    return _tensors(args)
-
-
-def _tensors(args: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...], str, str]]:
-    """(name, shape, dtype, "tensor" | "descriptor") of every tensor-like argument."""
     out = []
     for name, value in args.items():
         if is_descriptor(value):
@@ -198,7 +193,7 @@ def _attention_layout(shape: tuple[int, ...], args: Mapping[str, Any]) -> tuple[
 
 def _metadata_tensors(args: Mapping[str, Any]) -> list[str]:
     """Names of the integer tensor arguments (sequence offsets, block tables, indices)."""
-    return [name for name, _, dtype, kind in _tensors(args)
+    return [name for name, _, dtype, kind in tensors_in(args)
             if kind == "tensor" and dtype in METADATA_DTYPES - {"bool"}]
 
 

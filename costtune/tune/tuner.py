@@ -184,13 +184,7 @@ class SafeAutotuner(Autotuner):
                                                           if k not in _NOT_ARGS}})
         try:
             for config in timings:
-                try:
-                    guard.record(config_text(config), lambda taken, c=config: self._launch_once(
-                        c, args, kwargs, taken))
-                except CheckError:  # the user's reference is wrong: theirs to hear
-                    raise
-                except Exception:  # cannot launch here: says nothing
-                    continue
+                self._judge(guard, config, args, kwargs, quiet=True)
         finally:
             guard.restore()
         wrong = guard.judge()
@@ -311,8 +305,7 @@ class SafeAutotuner(Autotuner):
             self._timed[id(config)] = timing
             ran.append(config)
             if guard is not None and text not in guard.records:
-                guard.record(text, lambda taken, c=config: self._launch_once(c, args, kwargs,
-                                                                             taken))
+                self._judge(guard, config, args, kwargs, quiet=False)
 
     def _vote(self, guard: OutputGuard, reserve: list[Any], args: tuple, kwargs: dict) -> None:
         """Launch more configs (untimed, not removed from the reserve) until there are enough
@@ -321,17 +314,24 @@ class SafeAutotuner(Autotuner):
         for config in reserve:
             if len(guard.records) >= MIN_VOTERS and (guard.decided or extra >= 4):
                 return
-            text = config_text(config)
-            if text in guard.records:
-                continue
-            try:
-                guard.record(text, lambda taken, c=config: self._launch_once(c, args, kwargs,
-                                                                             taken))
-                extra += 1
-            except CheckError:
+            if config_text(config) not in guard.records:
+                extra += self._judge(guard, config, args, kwargs, quiet=True)
+
+    def _judge(self, guard: OutputGuard, config: Any, args: tuple, kwargs: dict, *,
+               quiet: bool) -> bool:
+        """Launch ``config`` once for ``guard`` (its outputs read before the post_hook); with
+        ``quiet`` a config that cannot launch says nothing (False). A reference that cannot
+        be compared is the user's to hear, always."""
+        try:
+            guard.record(config_text(config),
+                         lambda taken: self._launch_once(config, args, kwargs, taken))
+        except CheckError:
+            raise
+        except Exception:
+            if not quiet:
                 raise
-            except Exception:  # a voter that cannot launch says nothing
-                continue
+            return False
+        return True
 
     def _launch_once(self, config: Any, args: tuple, kwargs: dict, taken: Any = None) -> None:
         """One launch of ``config`` with the hooks Triton's benchmark runs around it;
