@@ -104,6 +104,8 @@ def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["eval", "--dataset", c], str(p["torn"])),
         (["eval", "--dataset", c, "--plot", str(p["out"]) + ".txt"], "write a .png"),
         (["demo", "--shape", "99999999999999999999,1,1"], "below 2^31"),
+        (["demo", "--top-k", "-1"], "Invalid value for '--top-k'"),
+        (["explain", "--top-k", "-3", "nosuch.py"], "Invalid value for '--top-k'"),
         (["eval", "--dataset", h], "no 'suite' column"),
         (["eval", "--plot", e, "--dataset", c], "is a folder"),
         # study: storage and model before the replay dataset

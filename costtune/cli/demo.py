@@ -31,7 +31,8 @@ def register(app: typer.Typer) -> None:
     def demo(dataset: Path = typer.Option(Path("datasets/h200"), help="store root (the "
                                           "shipped H200 dataset)"),
              model: str = typer.Option("h200", help="shipped model name or a model path"),
-             top_k: int = typer.Option(8, "--top-k", help="configs Triton would benchmark"),
+             top_k: int = typer.Option(8, "--top-k", min=0,
+                                        help="configs Triton would benchmark"),
              shape: list[str] = typer.Option(DEFAULT_SHAPES, "--shape",
                                              help="M,N,K of one fp16 matmul (repeatable)")
              ) -> None:

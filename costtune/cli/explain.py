@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
                                               "arguments follow it"),
                 model: str = typer.Option(None, help="cost model, a shipped name or a saved "
                                           "model's path [default: h200]"),
-                top_k: int = typer.Option(None, help="configs to benchmark [default: 8]"),
+                top_k: int = typer.Option(None, min=0, help="configs to benchmark [default: 8]"),
                 family: str = typer.Option(None, help="gemm | softmax | attention "
                                            "[default: told from each kernel]")) -> None:
         """Run SCRIPT and explain each autotuned launch as costtune's hook sees it: the kernel's
