@@ -2,7 +2,8 @@
 what the pruning hook keeps of each list under each ranking method (issue 18: the two stages).
 
 For every style of ``experiments/user_kernels.py`` (Triton tutorials 02, 03, 06, 09, a
-persistent attention and an Inductor softmax) and a few shapes: exhaustive ``triton.autotune``
+persistent attention and an Inductor softmax) and ``user_kernels_variants.py`` (GQA, a sliding
+window) and a few shapes: exhaustive ``triton.autotune``
 with costtune's graph timing (``costtune.graph_bench``) gives every config's time, all configs
 compiled first in parallel (``costtune.tune.precompile``, forked processes); a spy pruner
 records the call's arguments. Then each method's pruner is called on those arguments, as Triton
@@ -64,6 +65,15 @@ SHAPES = {
     # dynamic-shape symbols: M read from the activation's leading dims.
     "inductor_linear": [{"M": 4096, "N": 4096, "K": 4096}, {"M": 2048, "N": 11008, "K": 4096},
                         {"M": 1024, "N": 5120, "K": 5120}, {"M": 3000, "N": 2999, "K": 777}],
+    # user_kernels_variants.py: grouped-query heads (read without a doubt, as attention over
+    # the query heads) and a sliding window (a "shape" doubt: k widened).
+    "gqa_attention": [{"B": 4, "H": 32, "Hkv": 8, "S": 2048, "D": 128, "causal": 1},
+                      {"B": 2, "H": 32, "Hkv": 8, "S": 4096, "D": 128, "causal": 0},
+                      {"B": 8, "H": 16, "Hkv": 2, "S": 1024, "D": 64, "causal": 1}],
+    "sliding_window_attention": [
+        {"B": 4, "H": 16, "S": 4096, "D": 64, "causal": 1, "window": 512},
+        {"B": 2, "H": 16, "S": 8192, "D": 128, "causal": 1, "window": 1024},
+        {"B": 8, "H": 32, "S": 2048, "D": 128, "causal": 1, "window": 256}],
 }
 # More shapes per style, whole lists timed only (--learn-shapes): with SHAPES, the sequence of
 # tuning calls experiments/learn_user_kernels.py replays learn=True over.
@@ -102,7 +112,7 @@ def configs_of(name: str) -> list:
         from experiments.cold_tune.cases import matmul_configs
 
         return matmul_configs()
-    from user_kernels import STYLES
+    from user_kernels_variants import ALL_STYLES as STYLES
 
     return STYLES[name].configs("gpu")
 
@@ -111,7 +121,7 @@ def measure(name: str, problem: dict, configs: list) -> tuple[dict, dict, object
     """Every config's time (ms, inf when it cannot run) and the call's arguments."""
     import torch
     import triton
-    from user_kernels import STYLES
+    from user_kernels_variants import ALL_STYLES as STYLES
 
     import costtune
     from costtune.tune.precompile import precompile
@@ -167,7 +177,7 @@ def tuned_by(method: str, name: str, k: int, configs: list, inputs: dict) -> dic
     the launch raised) and what the hook kept and replaced."""
     import torch
     import triton
-    from user_kernels import STYLES
+    from user_kernels_variants import ALL_STYLES as STYLES
 
     import costtune
 
@@ -208,7 +218,7 @@ def main() -> int:
     shapes = LEARN_SHAPES if args.learn_shapes else SHAPES
     import torch
     import triton
-    from user_kernels import STYLES
+    from user_kernels_variants import ALL_STYLES as STYLES
 
     from costtune.env import environment
 

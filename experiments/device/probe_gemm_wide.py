@@ -13,6 +13,7 @@ stores C through two descriptors. Otherwise gemm_tma's persistent loop (host des
 grouped order GROUP_SIZE_M = 8, flattened loop, no split-K).
 
     python3 experiments/device/probe_gemm_wide.py   # writes $OUT/probe_gemm_wide.jsonl
+    WIDE_TILES="128,128,128,64" WIDE_SHAPES="4096x4096x4096;1024x5120x5120" python3 ...
 
 Every fp16 workload of gemm_tma's suites with every dim >= 1000: the composite configs and,
 side by side in the same process, the fastest configs the dataset recorded for gemm_streamk
@@ -43,10 +44,14 @@ from costtune.kernels.base import KernelCall  # noqa: E402
 from experiments.device import probe_gemm_occupancy as occ  # noqa: E402
 
 SMEM_PER_BLOCK = 232448  # the H200's opt-in maximum per block
-SHAPES = occ.SHAPES
+# WIDE_SHAPES="MxNxK;..." and WIDE_TILES="BM,BN1,BN2,BK;..." narrow a rerun (the control:
+# 128 x (128 + 128), two dots where gemm_tma's 128 x 256 tile makes one).
+SHAPES = [s for s in occ.SHAPES if not os.environ.get("WIDE_SHAPES")
+          or "x".join(map(str, s)) in os.environ["WIDE_SHAPES"].split(";")]
 WARM = occ.WARM
 # (BLOCK_M, BN1, BN2, BLOCK_K): 128 x 160 and 128 x 192 composites.
-TILES = ((128, 128, 32, 64), (128, 128, 64, 64))
+TILES = tuple(tuple(int(x) for x in t.split(",")) for t in os.environ["WIDE_TILES"].split(";")
+              ) if os.environ.get("WIDE_TILES") else ((128, 128, 32, 64), (128, 128, 64, 64))
 WARPS = (4, 8)
 STAGES = (3, 4, 5)
 REFERENCES = {"gemm_streamk": sk, "gemm_tma": gt}
