@@ -106,8 +106,11 @@ def report(methods: pd.DataFrame, spaces: pd.DataFrame) -> list[str]:
              harness.provenance(), "",
              "Kernels in the styles of Triton's tutorials 02 (softmax), 03 (matmul, the "
              "328-config list), 06 (fused attention, descriptors set in a pre_hook), 09 (TMA "
-             "persistent matmul), a persistent fused attention and an Inductor softmax "
-             "(`experiments/user_kernels.py`), "
+             "persistent matmul), a persistent fused attention, Inductor's softmax, matmul "
+             "and addmm templates and flash-attn's forward (`experiments/user_kernels.py`), a "
+             "grouped-query and a sliding-window attention (`experiments/"
+             "user_kernels_variants.py`; shapes B x H x Hkv x S x D x causal and B x H x S x D "
+             "x causal x window; the window is read with a doubt, so the hook keeps 4k of it), "
              "none in any training data. Each list timed whole (CUDA-graph replay, L2 flushed, "
              "every config compiled first), then each method's kept list scored: best time of "
              "the list / best time among the kept (1.0: the best was kept; 0: only configs that "

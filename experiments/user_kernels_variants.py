@@ -121,7 +121,7 @@ def swa_fwd_kernel(Q, K, V, Out, softmax_scale, stride_qb, stride_qh, stride_qm,
 def variant_configs(size: str) -> list[triton.Config]:
     """A library's kind of list: BLOCK_M x BLOCK_N, warps, stages (tiny on the CPU)."""
     if size == "cpu":
-        grid = itertools.product((16, 32), (16,), (4,), (2, 3))
+        grid = itertools.product((64,), (32, 64), (4,), (2, 3))
     else:
         grid = itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3))
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
@@ -194,12 +194,12 @@ def _sdpa(inputs: dict[str, Any]) -> torch.Tensor:
 VARIANTS: dict[str, Style] = {s.name: s for s in (
     Style("gqa_attention", gqa_fwd_kernel, variant_configs, ("seqlen_q", "seqlen_k"),
           "attention", variant_inputs, gqa_launch, variant_reference,
-          {"B": 1, "H": 4, "Hkv": 2, "S": 64, "D": 64, "causal": 1},
+          {"B": 1, "H": 4, "Hkv": 2, "S": 128, "D": 64, "causal": 1},
           {"B": 4, "H": 32, "Hkv": 8, "S": 2048, "D": 128, "causal": 1}, torch.float16,
           torch.float16, 5e-3, _sdpa),
     Style("sliding_window_attention", swa_fwd_kernel, variant_configs, ("seqlen_q",),
           "attention", variant_inputs, swa_launch, variant_reference,
-          {"B": 1, "H": 2, "S": 96, "D": 64, "causal": 1, "window": 40},
+          {"B": 1, "H": 2, "S": 192, "D": 64, "causal": 1, "window": 80},
           {"B": 4, "H": 16, "S": 4096, "D": 64, "causal": 1, "window": 512}, torch.float16,
           torch.float16, 5e-3, _sdpa),
 )}
