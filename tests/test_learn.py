@@ -394,6 +394,30 @@ def test_train_on_a_harvested_store(home, tmp_path):
     assert current_model(folder)[0] == path
 
 
+def test_train_then_learn_on_one_kernel_keeps_its_model_learning(home, tmp_path):
+    """A store's rows carry an implementation column, learn=True's do not: mixed, the
+    kernel's next update used to fail for good (its rows were written before the fit)."""
+    store = tmp_path / "harvest"
+    with costtune.harvest(store):
+        run(tuner(StepBench(), top_k=3))
+    assert CliRunner().invoke(app, ["train", "--dataset", str(store)]).exit_code == 0
+    rows = costtune.load_dataset(store)
+    folder = kernel_dir("learned_matmul", rows["kernel_hash"].iloc[0], rows["gpu"].iloc[0])
+    t = run(tuner(StepBench(), top_k=3, learn=True), m=48)
+    t.learner.wait()
+    assert current_model(folder)[1]["workloads"] == 2 and not t.learner.skipped
+    assert read_rows(folder)["workload"].nunique() == 2
+
+
+def test_a_family_model_names_rows_without_a_kernel():
+    df = costtune.load_dataset(DATASET, kernel="softmax").head(40)
+    df.loc[df.index[:5], "kernel"] = None  # harvested kernels that read as no family
+    with pytest.raises(ValueError, match="5 rows have no kernel"):
+        CostModel(family="all").fit(df)
+    assert len(CostModel(family="softmax", n_estimators=5).fit(df).predict(df.dropna(
+        subset=["kernel"]))) == 35
+
+
 def test_train_on_a_store_of_no_family(tmp_path):
     store = tmp_path / "other"
     costtune.Store(store).append([{"kernel": "layer_norm", "workload": "ln_N64_float16",

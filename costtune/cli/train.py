@@ -3,8 +3,9 @@ never into the installed package unless ``--out`` says so, and over an existing 
 with ``--force``.
 
 A harvested store (``costtune.harvest``: no ``suite`` column, rows labelled with the family
-they read as) trains each kernel's own model instead (``costtune.model.learned``: continued
-training of ``--base``, written to the kernel's folder in the user's cache, where
+they read as) trains each kernel's own model instead (``costtune.model.learned``: ``--base``
+refitted on its training table plus the kernel's rows, or continued where the base ships no
+table, written to the kernel's folder in the user's cache, where
 ``costtune.autotune(learn=True)`` finds it); rows harvested before the source hash was
 recorded train a family model saved like any other (``--name`` / ``--out``)."""
 
@@ -36,7 +37,7 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
                                         "| reg:logtime | reg:relthroughput"),
           features: str = typer.Option("static", help="static | static+compiled"),
           base: str = typer.Option("h200", help="harvested stores: the model a kernel's own "
-                                   "model continues from"),
+                                   "model is refitted (or continued) from"),
           seed: int = 0,
           force: bool = typer.Option(False, "--force", help="replace a model already saved "
                                      "under that name or path")) -> None:

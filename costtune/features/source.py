@@ -31,6 +31,8 @@ from typing import Any
 
 import pandas as pd
 
+from costtune.jitsource import source_text
+
 SOURCE_FEATURES = ["src_loops", "src_loop_depth", "src_loads", "src_stores", "src_dots",
                    "src_reduces", "src_atomics", "src_persistent", "src_descriptors"]
 _REDUCES = {"max", "min", "sum", "reduce", "argmax", "argmin", "xor_sum", "cumsum"}
@@ -67,8 +69,8 @@ def _walk(f: Any, depth0: int, counts: dict[str, float], seen: set[int]) -> None
     if id(f) in seen:
         return
     seen.add(id(f))
-    try:  # the Python function's own source: the same compiled or interpreted
-        tree = ast.parse(textwrap.dedent(inspect.getsource(f.fn)))
+    try:  # the source Triton compiles (the interpreter runs the Python function's own)
+        tree = ast.parse(textwrap.dedent(source_text(f)))
     except (OSError, SyntaxError, TypeError, ValueError):
         return
     body = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)

@@ -102,8 +102,10 @@ def _fill_implied(df: pd.DataFrame, cols: dict[str, np.ndarray]) -> None:
     programs its grid launches (``LAUNCHED``: fewer than tiles for a persistent kernel)."""
     from costtune.kernels.base import family_of, get_implementation
 
-    impl = df["implementation"].astype(str).to_numpy()
     kernel = df["kernel"].astype(str).to_numpy()
+    # A row without one (learn=True's rows beside a store's) is its kernel's own.
+    impl = df["implementation"].astype(object).where(df["implementation"].notna(),
+                                                     df["kernel"]).astype(str).to_numpy()
     n = len(df)
     owned: set[str] = set()
     for name in np.unique(impl[impl != kernel]):

@@ -206,7 +206,6 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
         merged = pd.concat([read_rows(folder), rows], ignore_index=True)
         merged = merged.drop_duplicates(["workload", "config"], keep="last")
         merged = merged.reset_index(drop=True)
-        _write_atomic(folder / ROWS, lambda p: merged.to_parquet(p, index=False))
         base_model = load_model(os.fspath(base) if not hasattr(base, "booster_") else base,
                                 family)
         table = None if rounds is not None else base_table(base, base_model)
@@ -221,6 +220,8 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
                                params=params)
         stem = f"model-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         path = model.save(folder / stem)
+        # The rows only once a model was fitted on them: rows no fit can take are not kept.
+        _write_atomic(folder / ROWS, lambda p: merged.to_parquet(p, index=False))
         record = {"model": stem, "base": base if isinstance(base, str) else "given",
                   "family": family, "method": method, "strength": strength,
                   "rounds": int(rounds),

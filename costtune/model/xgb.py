@@ -158,7 +158,11 @@ class CostModel(BaseEstimator):
         return per_row
 
     def _select_family(self, data: pd.DataFrame) -> pd.DataFrame:
-        kernels = sorted(data["kernel"].astype(str).unique())
+        missing = int(data["kernel"].isna().sum())
+        kernels = sorted(data["kernel"].dropna().astype(str).unique())
+        if missing and self.family in (None, "all"):
+            raise ValueError(f"{missing} rows have no kernel (e.g. harvested kernels that read "
+                             "as no family): drop them or pass one family")
         if self.family not in (None, "all"):
             data = data[data["kernel"] == self.family]
         elif self.family is None and len(kernels) > 1:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -60,23 +61,38 @@ MARGIN_GRID = (*(round(x, 2) for x in np.arange(0.0, 0.1, 0.01)),
 
 @dataclass(frozen=True)
 class Adaptive:
-    """The adaptive budget: at most ``max_configs`` benchmarked, at least ``min_configs``;
-    ``margin`` in standard deviations of the scores (None: the calibrated one);
-    ``neighbours``: extend along the measured best's neighbours on disagreement."""
+    """The adaptive budget: at most ``max_configs`` benchmarked (failing configs are replaced
+    and not counted; where the hook doubts its reading of the launch, the cap widens as a fixed
+    ``top_k`` does, ``widen`` x, and every config up to it runs), at least ``min_configs``
+    (default: 2, or ``max_configs`` when smaller); ``margin`` in standard deviations of the
+    scores (None: the calibrated one); ``neighbours``: extend along the measured best's
+    neighbours on disagreement."""
 
     max_configs: int = 16
-    min_configs: int = 2  # one comparison: what lets a disagreement with the model show
+    min_configs: int | None = None  # 2: one comparison, what lets a disagreement show
     margin: float | None = None
     neighbours: bool = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_configs, bool) or int(self.max_configs) < 1:
+        for name in ("max_configs", "min_configs"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, numbers.Integral)):
+                raise ValueError(f"{name} must be a whole number, got {value!r}")
+        if self.max_configs < 1:
             raise ValueError(f"max_configs must be >= 1, got {self.max_configs!r}")
-        if not 1 <= int(self.min_configs) <= int(self.max_configs):
+        object.__setattr__(self, "max_configs", int(self.max_configs))
+        low = min(2, self.max_configs) if self.min_configs is None else int(self.min_configs)
+        if not 1 <= low <= self.max_configs:
             raise ValueError(f"min_configs must be between 1 and max_configs "
                              f"({self.max_configs}), got {self.min_configs!r}")
-        if self.margin is not None and not self.margin >= 0:
-            raise ValueError(f"margin must be >= 0 or None, got {self.margin!r}")
+        object.__setattr__(self, "min_configs", low)
+        if self.margin is not None and (isinstance(self.margin, bool)
+                                        or not isinstance(self.margin, numbers.Real)
+                                        or not self.margin >= 0):
+            raise ValueError(f"margin must be a number >= 0 or None, got {self.margin!r}")
+        if not isinstance(self.neighbours, bool):
+            raise ValueError(f"neighbours must be True or False, got {self.neighbours!r}")
 
 
 @dataclass

@@ -30,12 +30,12 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
     "graph" times each kept config as the dataset was timed (CUDA graph of launches after L2
     flushes, ``measure.bench.graph_bench``), "triton" leaves Triton's ``do_bench``;
     ``do_bench`` (or Triton's ``warmup``/``rep``/``use_cuda_graph``) passed in options wins
-    over both. ``options``: any ``prune_configs_by`` option (``params``, ``two_stage``, ...)
-    or ``triton.autotune`` argument (``do_bench``, ...).
+    over both. ``options``: ``prune_configs_by`` options and ``triton.autotune`` arguments.
 
     Never worse than exhaustive tuning: a kept config that fails to compile, does not fit or
-    fails to launch is replaced by the next-ranked one, so ``top_k`` configs that run are
-    benchmarked, and if all kept ones fail the next ones are tuned. ``check``: True or
+    fails to launch is replaced by the next-ranked one (an error three configs share, none
+    having run, is raised: the kernel's, not a config's), so ``top_k`` configs that run are
+    benchmarked. An empty list runs Triton's default config, as Triton does. ``check``: True or
     ``{"outputs": [arg names], "reference": fn(args), "rtol": .., "atol": ..}`` also
     launches each benchmarked config once on the call's inputs and compares the outputs
     (with each other, or with the reference); a config that disagrees cannot win and is
@@ -44,10 +44,11 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
     ``top_k`` defaults to 8. ``budget``: instead of a fixed ``top_k``, ``"adaptive"`` or
     ``costtune.Adaptive(max_configs=16, ...)`` benchmarks in model order, stops when the
     model is confident (a margin calibrated by replay, ``tune.adaptive``), extends along the
-    measured best's neighbours when the measurements disagree, up to ``max_configs``;
-    ``tuner.adaptive`` says what it did. ``learn``: True updates the kernel's own model in the
-    user's cache with what each tuning measured, and ranks with it from then on, in later
-    processes too (``tune.learn``; ``model`` must be a name or path).
+    measured best's neighbours when the measurements disagree, up to ``max_configs``
+    (``tune.adaptive.Adaptive``); ``tuner.adaptive`` says what it did. ``learn``: True
+    updates the kernel's own model in the user's cache with what each tuning measured, in a
+    thread the process's exit waits for (a ``multiprocessing.Pool`` task: call
+    ``kernel.learner.wait()``), and ranks with it from then on (``tune.learn``).
 
     ``cache_results=True`` (Triton's option) stores each tuning's timings on disk; a later
     process with the same key, configs and model benchmarks nothing (the list costtune
@@ -57,10 +58,8 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
     never runs and no model loads (nor, once a kept list of the kernel was stored, is it
     preloaded); ``tuner.kept_from_cache`` says whether it did. ``ranks``: under
     ``torch.distributed``, ``"rank0"`` makes rank 0 tune each new key and broadcast its
-    choice, which the other ranks launch without benchmarking, so every rank runs the same
-    config (each rank must make the same tuning calls in the same order); ``"each"``
-    (default) lets every rank tune on its own. No effect without an initialized process
-    group (``tune.ranks``).
+    choice, which every other rank launches (each must make the same tuning calls in the same
+    order); ``"each"`` (default) lets every rank tune on its own (``tune.ranks``).
 
     >>> import triton, costtune
     >>> @costtune.autotune(configs=[triton.Config({"BLOCK_N": 1024})], key=["rows", "cols"],
@@ -89,6 +88,7 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
             kw = {**kw, "preload": False}  # a kept-list cache hit loads no model
             start_warm()  # but needs Triton's key of its own files: computed meanwhile
         prune = prune_configs_by(model, top_k, family=family, problem=problem, **kw)
+        prune["early_config_prune"].adaptive = adaptive is not None  # its warnings say "up to"
         rest = {k: v for k, v in triton_kw.items() if k not in ("reset_to_zero", "restore_value")}
         return SafeAutotuner(fn, fn.arg_names, configs, key, triton_kw.get("reset_to_zero"),
                              triton_kw.get("restore_value"), prune_configs_by=prune,
@@ -123,9 +123,6 @@ def _split(options: dict[str, Any], configs: Sequence[Any], *, precompile: Any, 
 
     triton_names = set(inspect.signature(triton.autotune).parameters) - {
         "configs", "key", "prune_configs_by"}
-    if not len(configs):
-        raise ValueError("configs is empty: give costtune.autotune the triton.Config list to "
-                         "choose from")
     if "prune_configs_by" in options:
         given = options.pop("prune_configs_by") or {}
         other = sorted(set(given) - {"early_config_prune"})

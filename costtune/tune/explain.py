@@ -217,7 +217,7 @@ def _fresh_pruner(tuner: Any, prune: Any) -> Any:
         raise ValueError(f"prune must be costtune.prune_configs_by(...), got "
                          f"{type(prune).__name__}")
     clone = copy.copy(prune)
-    clone._warned = set()
+    clone._warned = {}
     clone.after_prune = None
     clone.precompile = False
     clone.kernel = tuner

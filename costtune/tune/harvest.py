@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import math
 import os
 import warnings
@@ -275,15 +274,15 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
 
 
 def source_hash(fn: Any) -> str:
-    """SHA-256 of a kernel's source (``JITFunction.src``, else ``inspect.getsource``)."""
-    base = getattr(fn, "base_fn", None) or getattr(fn, "fn", None) or fn
-    src = getattr(base, "src", None) or getattr(fn, "src", None)
-    if src is None:
-        target = getattr(base, "fn", base)
-        try:
-            src = inspect.getsource(target)
-        except (OSError, TypeError):
-            src = getattr(target, "__qualname__", repr(target))
+    """SHA-256 of the source Triton compiles of a kernel (``jitsource.source_text``: a
+    JITFunction's ``src``, else the Python function's source), else of its name."""
+    from costtune.jitsource import jit_level, source_text
+
+    obj = jit_level(fn)
+    src = source_text(obj) if obj is not None else ""
+    if not src:
+        target = getattr(obj, "fn", obj) if obj is not None else fn
+        src = getattr(target, "__qualname__", repr(target))
     return hashlib.sha256(str(src).encode()).hexdigest()
 
 

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from costtune.jitsource import jit_level, python_function, source_text
 from costtune.kernels.base import (
     GRADIENT_ARGS,
     NAME_PATTERNS,
@@ -52,25 +53,16 @@ class KernelKind:
         return self.family != family
 
 
-def python_function(kernel: Any) -> Any:
-    """The Python function under an autotuner, heuristics, JIT or interpreted function."""
-    fn = getattr(kernel, "base_fn", kernel)
-    for _ in range(8):
-        if inspect.isfunction(fn):
-            return fn
-        fn = getattr(fn, "fn", None)
-    return None
-
-
 def read_kind(kernel: Any) -> KernelKind | None:
     """The kernel's kind from its name, else its source (and the JIT helpers it calls); None
     when neither can be read."""
-    fn = python_function(kernel)
-    return None if fn is None else _read_kind(fn)
+    obj = jit_level(kernel)
+    return None if obj is None else _read_kind(obj)
 
 
 @functools.lru_cache(maxsize=512)
-def _read_kind(fn: Any) -> KernelKind | None:
+def _read_kind(obj: Any) -> KernelKind | None:
+    fn = python_function(obj)
     name = fn.__name__
     lowered = name.lower()
     template = _INDUCTOR_TEMPLATE.search(lowered) if lowered.startswith(
@@ -84,7 +76,7 @@ def _read_kind(fn: Any) -> KernelKind | None:
     grads = [p for p in _parameters(fn) if re.match(GRADIENT_ARGS, p, flags=re.IGNORECASE)]
     if grads:
         return KernelKind(name, None, "a backward pass", f"its gradient arguments {grads[:3]}")
-    source = _source(fn, depth=2)
+    source = _source(obj, depth=2)
     ops = {op for op, rx in _OPS.items() if rx.search(source)}
     for family, pattern in NAME_PATTERNS.items():
         if re.search(pattern, lowered):
@@ -109,14 +101,25 @@ _INDUCTOR_TEMPLATE = re.compile(r"(?<![a-z])(addmm|baddbmm|bmm|mm)(?![a-z])")
 
 
 def source_constants(kernel: Any) -> dict[str, int]:
-    """Integer constexprs the kernel's body assigns (``R0_BLOCK: tl.constexpr = 1024``)."""
-    fn = python_function(kernel)
-    return {} if fn is None else dict(_constants(fn))
+    """Integer constexprs the kernel's body assigns (``R0_BLOCK: tl.constexpr = 1024``) and
+    its constexpr parameters' integer defaults (``BLOCK_SIZE: tl.constexpr = 256``: what a
+    launch that does not pass them compiles with)."""
+    obj = jit_level(kernel)
+    if obj is None:
+        return {}
+    try:
+        params = inspect.signature(python_function(obj)).parameters.values()
+    except (TypeError, ValueError):
+        params = []
+    defaults = {p.name: int(p.default) for p in params
+                if "constexpr" in str(p.annotation) and isinstance(p.default, int)
+                and not isinstance(p.default, bool)}
+    return {**defaults, **dict(_constants(obj))}
 
 
 @functools.lru_cache(maxsize=512)
-def _constants(fn: Any) -> tuple[tuple[str, int], ...]:
-    return tuple((name, int(value)) for name, value in _CONSTANT.findall(_source(fn, depth=0)))
+def _constants(obj: Any) -> tuple[tuple[str, int], ...]:
+    return tuple((name, int(value)) for name, value in _CONSTANT.findall(_source(obj, depth=0)))
 
 
 def _name_holds(lowered: str, family: str, ops: set[str] | None) -> bool:
@@ -189,25 +192,25 @@ def loops_over_programs(kernel: Any) -> bool | None:
 def _source_has(kernel: Any, pattern: str) -> bool | None:
     """Whether the kernel's source (and the JIT helpers it calls) matches ``pattern``; None
     when the source cannot be read."""
-    fn = python_function(kernel)
-    source = "" if fn is None else _source(fn, depth=1)
+    obj = jit_level(kernel)
+    source = "" if obj is None else _source(obj, depth=1)
     return bool(re.search(pattern, source)) if source else None
 
 
-def _source(fn: Any, *, depth: int) -> str:
-    """The function's source and, ``depth`` levels down, that of the JIT functions it names."""
-    try:
-        text = inspect.getsource(fn)
-    except (OSError, TypeError):
-        return ""
-    if depth <= 0:
+def _source(obj: Any, *, depth: int) -> str:
+    """The function's source (``source_text``) and, ``depth`` levels down, that of the JIT
+    functions it names."""
+    text = source_text(obj)
+    if not text or depth <= 0:
         return text
     found = [text]
+    fn = python_function(obj)
     scope = getattr(fn, "__globals__", {})
     for word in dict.fromkeys(_WORD.findall(text)):
-        helper = python_function(scope.get(word)) if word in scope else None
-        if helper is not None and helper is not fn and hasattr(scope[word], "fn"):
-            found.append(_source(helper, depth=depth - 1))
+        helper = scope.get(word) if word in scope else None
+        if (helper is not None and hasattr(helper, "fn") and python_function(helper) is not None
+                and python_function(helper) is not fn):
+            found.append(_source(jit_level(helper), depth=depth - 1))
     return "\n".join(found)
 
 

@@ -13,7 +13,37 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["launchable"]
+__all__ = ["after_prune", "launchable"]
+
+
+def after_prune(pruner: Any, configs: Sequence[Any], order: Any, kept: list[Any],
+                decision: Any, named_args: Mapping[str, Any], kwargs: dict[str, Any]
+                ) -> list[Any]:
+    """What the pruner does once it chose ``kept``: ``costtune.autotune``'s precompile
+    (``pruner.after_prune``) or, under plain ``triton.autotune``, the parallel precompile with
+    replacement of what cannot launch (``launchable``); ``decision.precompile_ms`` its time.
+    Precompiling only saves time: where it fails, Triton compiles what it lacks."""
+    import time
+
+    from costtune.tune.kind import calling_tuner
+    from costtune.tune.precompile import precompiler
+
+    after, plain = pruner.after_prune, False
+    if after is None and pruner.precompile is not False:
+        after, plain = precompiler(calling_tuner(), pruner.precompile), True
+    if after is None:
+        return kept
+    start = time.perf_counter()
+    try:
+        if plain:  # under plain triton.autotune: nothing that cannot launch is kept
+            kept = launchable(after, configs, order, kept, decision, named_args, kwargs,
+                              keys=pruner._keys)
+        else:
+            decision.precompiled = after(kept, named_args, kwargs, decision.family)
+    except Exception:  # noqa: BLE001
+        pass
+    decision.precompile_ms = (time.perf_counter() - start) * 1e3
+    return kept
 
 
 def launchable(run: Callable[..., Any], configs: Sequence[Any], order: Any, kept: list[Any],

@@ -96,6 +96,7 @@ class Batch:
     def __init__(self, kernels: list[Any], pool: Any, waited_s: float) -> None:
         self.kernels, self.pool, self.waited_s = kernels, pool, waited_s
         self.compiled = 0
+        self.errors: dict[int, BaseException] = {}  # position -> what its failed compile raised
 
     def __iter__(self) -> Iterator[tuple[int, str | None]]:
         from concurrent.futures import as_completed
@@ -118,6 +119,10 @@ class Batch:
     def _done(self, i: int, kernel: Any) -> tuple[int, str | None]:
         outcome = _outcome(kernel)
         self.compiled += outcome in ("ok", "too_big")
+        if outcome == "failed" and hasattr(kernel, "future") and kernel.future.done():
+            error = kernel.future.exception()
+            if error is not None:
+                self.errors[i] = error
         return i, outcome
 
     def close(self) -> None:

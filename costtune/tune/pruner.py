@@ -67,8 +67,8 @@ from costtune.tune.launch import (
     rule_values,
     values_key,
 )
-from costtune.tune.launchable import launchable
-from costtune.tune.precompile import parse_precompile, precompiler
+from costtune.tune.launchable import after_prune
+from costtune.tune.precompile import parse_precompile
 from costtune.tune.preload import preload as start_preload
 from costtune.tune.preload import wait as wait_for_preload
 from costtune.tune.user_filter import user_filtered
@@ -113,7 +113,7 @@ class ConfigPruner:
         # costtune.autotune(learn=True) sets this: the kernel's own model folder, preferred
         # when it holds a model learned from ``model`` (``model.learned``).
         self.kernel_dir: Any = None
-        self._warned: set[str] = set()
+        self._warned: dict[int, set[str]] = {}  # per kernel: one dict may serve several
         # Triton passes the same configs list on every call: keys and family params of that
         # list are computed once.
         self._configs: Sequence[Any] | None = None
@@ -151,23 +151,13 @@ class ConfigPruner:
         decision.ranked = [int(i) for i in order]
         decision.fallbacks = list(dict.fromkeys(c for c, _ in notes))
         decision.notes = list(dict.fromkeys(notes))
-        decision.warnings = warn_once(self._warned, notes,
-                                      f"benchmarking {len(kept)} of {len(configs)} configs")
+        upto = "up to " if getattr(self, "adaptive", False) else ""  # the loop may stop early
+        # Once per kernel and reason: one prune_configs_by(...) dict may serve several kernels.
+        warned = self._warned.setdefault(id(self.kernel or calling_tuner()), set())
+        decision.warnings = warn_once(warned, notes,
+                                      f"benchmarking {upto}{len(kept)} of {len(configs)} configs")
         decision.elapsed_ms = (time.perf_counter() - start) * 1e3
-        after, plain = self.after_prune, False
-        if after is None and self.precompile is not False:
-            after, plain = precompiler(calling_tuner(), self.precompile), True
-        if after is not None:
-            start = time.perf_counter()
-            try:
-                if plain:  # under plain triton.autotune: nothing that cannot launch is kept
-                    kept = launchable(after, configs, order, kept, decision, named_args,
-                                      kwargs, keys=self._keys)
-                else:
-                    decision.precompiled = after(kept, named_args, kwargs, decision.family)
-            except Exception:  # precompiling only saves time; Triton compiles what it lacks
-                pass
-            decision.precompile_ms = (time.perf_counter() - start) * 1e3
+        kept = after_prune(self, configs, order, kept, decision, named_args, kwargs)
         self.last = decision
         return kept
 

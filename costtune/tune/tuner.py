@@ -34,23 +34,24 @@ rank 0 tunes, the other ranks take its choice (``tune.ranks``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from triton.runtime.autotuner import Autotuner
 
-from costtune.tune.decision import config_key, tuning_report, warn
-from costtune.tune.feasibility import config_text, finite_time
-from costtune.tune.guard import MIN_VOTERS, CheckError, CheckSpec, OutputGuard
+from costtune.tune.decision import tuning_report, warn
+from costtune.tune.feasibility import config_text
+from costtune.tune.guard import CheckSpec, OutputGuard
 from costtune.tune.ranks import check_ranks, choice, config_from, tuning_key, world
+from costtune.tune.trying import Trying
 
 __all__ = ["SafeAutotuner"]
 
 _NOT_ARGS = ("grid", "warmup")
 
 
-class SafeAutotuner(Autotuner):
+class SafeAutotuner(Trying, Autotuner):
     """``Autotuner`` with replacement of failing configs and the optional output check;
     built by ``costtune.autotune``. ``rejected`` maps a config's text to why it was not
     eligible in the latest tuning call."""
@@ -212,6 +213,7 @@ class SafeAutotuner(Autotuner):
 
     def _tune(self, kept: list[Any], kwargs: dict) -> list[Any]:
         start = time.perf_counter()
+        self._errors = Counter()  # failures by error, this call (``Trying._same_error``)
         try:
             return self._tune_kept(kept, kwargs)
         finally:
@@ -229,7 +231,8 @@ class SafeAutotuner(Autotuner):
                     and getattr(self._decision(), "scores", None) is not None)
         try:
             if adaptive:
-                self._adapt(kept, args, kwargs, ran=ran, failed=failed, guard=guard)
+                self._adapt(kept, args, kwargs, ran=ran, failed=failed, guard=guard,
+                            reserve=reserve)
                 if guard is not None:
                     self._vote(guard, reserve, args, kwargs)
                 pending = []
@@ -250,140 +253,6 @@ class SafeAutotuner(Autotuner):
         self._report(ran if adaptive and ran else kept, failed, wrong, good)
         finite = [c for c in ran if guard is not None and guard.records.get(config_text(c))]
         return good or finite or ran or kept
-
-    def _adapt(self, kept: list[Any], args: tuple, kwargs: dict, *, ran: list[Any],
-               failed: dict[str, str], guard: OutputGuard | None) -> None:
-        """The adaptive loop (``tune.adaptive.search``) over every config the pruner ranked,
-        capped at the ``k`` it kept (``max_configs``, widened under doubts, where the model's
-        confidence is not trusted and all ``k`` run)."""
-        from costtune.tune.adaptive import margin_for, neighbour_finder, search
-
-        decision = self._decision()
-        pool = decision.configs or self.configs
-        order = [pool[i] for i in decision.ranked]
-        scores = [float(decision.scores[i]) for i in decision.ranked]
-        values = [{**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
-                  for c in order]
-        doubted = any(cat not in ("infeasible", "knobs") for cat, _ in decision.notes)
-        margin = None if doubted else margin_for(self.budget, decision.family)
-        cap = max(1, len(kept))
-        budget = replace(self.budget, max_configs=cap,
-                         min_configs=min(self.budget.min_configs, cap))
-
-        def measure(j: int) -> float:
-            config = order[j]
-            self._try([config], args, kwargs, ran=ran, failed=failed, guard=guard,
-                      first=not ran and not failed)
-            timing = self._timed.get(id(config))
-            if timing is None:
-                return float("inf")
-            return float(timing[0] if isinstance(timing, (list, tuple)) else timing)
-
-        self.adaptive = search(scores, measure, budget=budget, margin=margin,
-                               neighbours=neighbour_finder(values))
-        decision.k = len(self.adaptive.measured)
-        decision.kept = [config_key(order[j]) for j in self.adaptive.measured]
-
-    def _try(self, pending: list[Any], args: tuple, kwargs: dict, *, ran: list[Any],
-             failed: dict[str, str], guard: OutputGuard | None, first: bool) -> None:
-        """Benchmark ``pending``, each as soon as the parallel precompile has it (while the
-        others still compile: in completion order, which the choice does not depend on)."""
-        for config, outcome in self._compiled(pending, kwargs, first=first):
-            text = config_text(config)
-            if outcome in ("failed", "too_big"):
-                failed[text] = ("does not fit in shared memory" if outcome == "too_big"
-                                else "failed to compile")
-                continue
-            try:
-                timing = Autotuner._bench(self, *args, config=config, **kwargs)
-            except Exception as exc:  # e.g. a compiler pass that fails for this config only
-                failed[text] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
-                continue
-            if not finite_time(timing):
-                failed[text] = "failed to compile or launch (OutOfResources or a compile error)"
-                continue
-            self._timed[id(config)] = timing
-            ran.append(config)
-            if guard is not None and text not in guard.records:
-                self._judge(guard, config, args, kwargs, quiet=False)
-
-    def _vote(self, guard: OutputGuard, reserve: list[Any], args: tuple, kwargs: dict) -> None:
-        """Launch more configs (untimed, not removed from the reserve) until there are enough
-        voters and a majority, or four extra voters ran."""
-        extra = 0
-        for config in reserve:
-            if len(guard.records) >= MIN_VOTERS and (guard.decided or extra >= 4):
-                return
-            if config_text(config) not in guard.records:
-                extra += self._judge(guard, config, args, kwargs, quiet=True)
-
-    def _judge(self, guard: OutputGuard, config: Any, args: tuple, kwargs: dict, *,
-               quiet: bool) -> bool:
-        """Launch ``config`` once for ``guard`` (its outputs read before the post_hook); with
-        ``quiet`` a config that cannot launch says nothing (False). A reference that cannot
-        be compared is the user's to hear, always."""
-        try:
-            guard.record(config_text(config),
-                         lambda taken: self._launch_once(config, args, kwargs, taken))
-        except CheckError:
-            raise
-        except Exception:
-            if not quiet:
-                raise
-            return False
-        return True
-
-    def _launch_once(self, config: Any, args: tuple, kwargs: dict, taken: Any = None) -> None:
-        """One launch of ``config`` with the hooks Triton's benchmark runs around it;
-        ``taken()`` runs between the launch and the post_hook (which may restore outputs)."""
-        current = dict(kwargs, **config.all_kwargs())
-        full = {**self.nargs, **current}
-        if config.pre_hook:
-            config.pre_hook(full)
-        self.pre_hook(full)
-        exception = None
-        try:
-            self.fn.run(*args, **current)
-            if taken is not None:
-                taken()
-        except Exception as exc:
-            exception = exc
-            raise
-        finally:
-            self.post_hook(full, exception=exception)
-
-    def _compiled(self, configs: list[Any], kwargs: dict, *, first: bool
-                  ) -> Iterator[tuple[Any, str | None]]:
-        """(config, the precompile's outcome, None: not precompiled) for every config, as
-        the parallel precompile finishes each (``tune.precompile.Batch``); in order when
-        nothing is precompiled. The decision records the compiles and the time this thread
-        waited for them (``precompile_ms``)."""
-        from costtune.tune import precompile as module
-
-        parsed = module.parse_precompile(self.precompile_threads)
-        given: set[int] = set()
-        batch = None
-        try:
-            if parsed is not None:
-                mode, threads = parsed
-                batch = module.start_batch(self, configs, named_args=self.nargs,
-                                           kwargs=kwargs, threads=threads, mode=mode,
-                                           min_configs=2 if first else 1)
-            if batch is not None:
-                with batch:
-                    for i, outcome in batch:
-                        given.add(i)
-                        yield configs[i], outcome
-        except Exception:  # precompiling only saves time: the benchmark compiles the rest
-            pass
-        finally:
-            decision = self._decision()
-            if batch is not None and first and decision is not None:
-                decision.precompiled = (batch.compiled, len(configs))
-                decision.precompile_ms = batch.waited_s * 1e3
-        for i, config in enumerate(configs):
-            if i not in given:
-                yield config, None
 
     def _report(self, kept: list[Any], failed: dict[str, str], wrong: dict[str, str],
                 good: list[Any]) -> None:

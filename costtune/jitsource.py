@@ -1,0 +1,44 @@
+"""A Triton kernel's Python function and the source Triton compiles, under autotuners,
+heuristics, JIT or interpreted functions (read by ``tune.kind`` and ``features.source``)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+__all__ = ["jit_level", "python_function", "source_text"]
+
+
+def python_function(kernel: Any) -> Any:
+    """The Python function under an autotuner, heuristics, JIT or interpreted function."""
+    fn = getattr(kernel, "base_fn", kernel)
+    for _ in range(8):
+        if inspect.isfunction(fn):
+            return fn
+        fn = getattr(fn, "fn", None)
+    return None
+
+
+def jit_level(kernel: Any) -> Any:
+    """The JIT (or interpreted) function under autotuners and heuristics, else the Python
+    function; None when there is neither."""
+    obj = kernel  # down the .fn chain (an autotuner's base_fn is the bare function)
+    for _ in range(8):
+        if inspect.isfunction(obj) or inspect.isfunction(getattr(obj, "fn", None)):
+            return obj
+        obj = getattr(obj, "fn", None)
+    return python_function(kernel)
+
+
+def source_text(obj: Any) -> str:
+    """The source Triton compiles: a JITFunction's ``src``, read when it was decorated (its
+    file may have changed since, or the code come from a string), else the Python function's
+    source as ``inspect`` reads it (the interpreter's functions); "" when unreadable."""
+    src = getattr(obj, "src", None)
+    if isinstance(src, str) and not inspect.isfunction(obj):
+        return src
+    fn = python_function(obj)
+    try:
+        return inspect.getsource(fn) if fn is not None else ""
+    except (OSError, TypeError):
+        return ""

@@ -1,0 +1,235 @@
+"""Tuning calls at the edges a user meets (twenty-third session's review): the adaptive budget
+with check= and with knobs the model does not know, its options and its warning; an error
+every config shares; one prune_configs_by dict over several kernels; a family parameter left
+at its default; the source Triton compiles rather than the file as it is now; an empty config
+list. Under the interpreter, with stand-in timings."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from helpers import Bench, masked_tile_matmul
+from learning_helpers import StepBench
+from triton.runtime.jit import JITFunction
+
+import costtune
+from costtune.tune.adaptive import Adaptive
+from costtune.tune.kind import read_kind, source_constants
+from costtune.types import CosttuneWarning
+
+PARAMS = {"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"}
+PROBLEM = {"M": "m", "N": ("y", 1), "K": "k"}
+
+
+@triton.jit
+def doubled_unless_small(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
+                         BK: tl.constexpr):
+    """A matmul whose configs with a 64-wide tile are wrong (they write 2 x @ y)."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k0 in range(0, k, BK):
+        kk = k0 + rk
+        a = tl.load(x + rm[:, None] * k + kk[None, :], mask=(rm[:, None] < m) & (kk[None, :] < k),
+                    other=0.0)
+        b = tl.load(y + kk[:, None] * n + rn[None, :], mask=(kk[:, None] < k) & (rn[None, :] < n),
+                    other=0.0)
+        acc += tl.dot(a, b)
+    if BM == 64 or BN == 64:
+        acc = acc * 2.0
+    tl.store(out + rm[:, None] * n + rn[None, :], acc, mask=(rm[:, None] < m) & (rn[None, :] < n))
+
+
+@triton.jit
+def knob_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                   GROUP: tl.constexpr):
+    masked_tile_matmul(x, y, out, m, n, k, BM, BN, BK)
+
+
+@triton.jit
+def other_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                 GROUP: tl.constexpr):
+    masked_tile_matmul(x, y, out, m, n, k, BM, BN, BK)
+
+
+def _configs(**extra):
+    return [triton.Config({"BM": bm, "BN": bn, "BK": 32, **extra}, num_warps=w, num_stages=2)
+            for bm in (32, 64) for bn in (32, 64) for w in (4, 8)]
+
+
+def _launch(tuned, m=32, n=64, k=64, dtype=torch.float16):
+    torch.manual_seed(0)
+    x, y = (torch.randn(s).to(dtype) for s in ((m, k), (k, n)))
+    out = torch.empty(m, n, dtype=torch.float32)
+    tuned[lambda meta: (triton.cdiv(m, meta["BM"]), triton.cdiv(n, meta["BN"]))](
+        x, y, out, m, n, k)
+    return x, y, out
+
+
+def test_adaptive_with_check_counts_a_wrong_output_as_a_failure():
+    def reference(args):
+        return args["x"].float() @ args["y"].float()
+
+    tuned = costtune.autotune(_configs(), key=["m", "n", "k"], family="gemm", problem=PROBLEM,
+                              params=PARAMS, range_margin=None, do_bench=StepBench(),
+                              precompile=False, check={"outputs": ["out"], "reference": reference},
+                              budget=Adaptive(max_configs=2, margin=100.0))(doubled_unless_small)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CosttuneWarning)
+        x, y, out = _launch(tuned)
+    torch.testing.assert_close(out, x.float() @ y.float(), rtol=1e-3, atol=1e-3)
+    best = tuned.best_config.kwargs
+    assert (best["BM"], best["BN"]) == (32, 32)
+    # Six of eight configs are wrong: the two right ones are what ran, the wrong ones were
+    # replaced (not counted against the cap of 2).
+    assert len(tuned.adaptive.measured) == 2 and tuned.adaptive.failed
+    assert all((c.kwargs["BM"], c.kwargs["BN"]) == (32, 32) for c in tuned.configs_timings)
+    assert tuned.early_config_prune.last.k == 2
+
+
+def test_adaptive_never_spends_its_slots_on_configs_the_model_cannot_tell_apart():
+    configs = [triton.Config({**c.kwargs, "GROUP": g}, num_warps=c.num_warps, num_stages=2)
+               for c in _configs() for g in (1, 8)]
+    bench = StepBench()
+    tuned = costtune.autotune(configs, key=["m", "n", "k"], family="gemm", problem=PROBLEM,
+                              params=PARAMS, range_margin=None, do_bench=bench,
+                              precompile=False, budget=Adaptive(max_configs=8, margin=100.0)
+                              )(knob_matmul)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CosttuneWarning)
+        _launch(tuned)
+    ran = [(c.kwargs["BM"], c.kwargs["BN"], c.num_warps) for c in tuned.configs_timings]
+    assert bench.calls == 8 and len(set(ran)) == 8, ran  # every distinct config once
+    assert {c.kwargs["GROUP"] for c in tuned.configs_timings} == {1, 8}  # both still explored
+    text = [str(w.message) for w in caught if issubclass(w.category, CosttuneWarning)]
+    assert len(text) == 1 and "GROUP" in text[0] and "benchmarking up to 8 of 16" in text[0]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"max_configs": 1.0}, "max_configs must be a whole number"),
+    ({"max_configs": 2.5}, "max_configs must be a whole number"),
+    ({"min_configs": 2.7}, "min_configs must be a whole number"),
+    ({"max_configs": True}, "max_configs must be a whole number"),
+    ({"neighbours": "no"}, "neighbours must be True or False"),
+    ({"margin": "1"}, "margin must be a number"),
+    ({"margin": float("nan")}, "margin must be a number"),
+    ({"max_configs": 0}, "max_configs must be >= 1"),
+    ({"max_configs": 4, "min_configs": 5}, "min_configs must be between 1 and max_configs"),
+])
+def test_adaptive_options_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        Adaptive(**options)
+
+
+def test_a_cap_of_one_needs_no_min_configs():
+    assert Adaptive(max_configs=1).min_configs == 1 and Adaptive().min_configs == 2
+
+
+def test_an_error_every_config_shares_reaches_the_user_after_three_configs():
+    bench = Bench()
+    tuned = costtune.autotune(_configs(), key=["m", "n", "k"], top_k=2, family="gemm",
+                              problem=PROBLEM, params=PARAMS, range_margin=None,
+                              do_bench=bench, precompile=False)(knob_matmul)
+    x = torch.randn(32, 64).half()
+    y = torch.randn(64, 64).half()
+    out = torch.empty(32, 64)
+    with pytest.raises(Exception, match="float"):  # k given as a float: the call's bug
+        tuned[lambda meta: (1, 1)](x, y, out, 32, 64, 64.0, GROUP=1)
+    assert bench.calls == 3  # not all 8 configs: exhaustive tuning stops at the first
+
+
+def test_one_prune_dict_warns_for_each_kernel_it_serves():
+    prune = costtune.prune_configs_by("h200", top_k=2, family="gemm", problem=PROBLEM,
+                                      params=PARAMS, range_margin=None)
+    kernels = [triton.autotune(_configs(GROUP=1), key=["m", "n", "k"], do_bench=Bench(),
+                               prune_configs_by=prune)(fn)
+               for fn in (knob_matmul, other_matmul)]
+    said = []
+    for tuned in kernels:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CosttuneWarning)
+            _launch(tuned, dtype=torch.float32)  # fp32: a dtype the model never saw
+        said.append([str(w.message) for w in caught if issubclass(w.category, CosttuneWarning)])
+        assert prune["early_config_prune"].last.warnings == said[-1]
+    assert all(len(s) == 1 and "float32" in s[0] for s in said), said
+
+
+@triton.jit
+def default_block_softmax(out, x, n_rows, n_cols, BLOCK_SIZE: tl.constexpr = 256):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    v = tl.load(x + row * n_cols + cols, mask=cols < n_cols, other=-float("inf"))
+    e = tl.exp(v - tl.max(v, 0))
+    tl.store(out + row * n_cols + cols, e / tl.sum(e, 0), mask=cols < n_cols)
+
+
+def test_a_family_parameter_left_at_its_default_is_read():
+    configs = [triton.Config({}, num_warps=w, num_stages=s) for w in (1, 2, 4, 8)
+               for s in (1, 2, 3)]
+    bench = Bench()
+    tuned = costtune.autotune(configs, key=["n_rows", "n_cols"], top_k=2, family="softmax",
+                              range_margin=None, do_bench=bench)(default_block_softmax)
+    x = torch.randn(64, 256)
+    out = torch.empty_like(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CosttuneWarning)
+        tuned[(64,)](out, x, 64, 256)
+    torch.testing.assert_close(out, torch.softmax(x, dim=-1))
+    assert not [w for w in caught if issubclass(w.category, CosttuneWarning)]
+    assert bench.calls == 2 and tuned.early_config_prune.last.k == 2
+    assert source_constants(tuned) == {"BLOCK_SIZE": 256}
+
+
+SOFTMAX = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(out, x, n_cols, BLOCK_SIZE: tl.constexpr):
+    cols = tl.arange(0, BLOCK_SIZE)
+    v = tl.load(x + cols, mask=cols < n_cols, other=-float("inf"))
+    e = tl.exp(v - tl.max(v, 0))
+    tl.store(out + cols, e / tl.sum(e, 0), mask=cols < n_cols)
+'''
+NORM = '''
+
+@triton.jit
+def _norm(x, n, eps):
+    mean = tl.sum(x, 0) / n
+    return (x - mean) * tl.rsqrt(tl.sum((x - mean) * (x - mean), 0) / n + eps)
+'''
+
+
+def test_the_source_triton_compiles_is_read_not_the_file_as_edited_since(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # a JITFunction, as on a GPU
+    path = tmp_path / "edited_kernels.py"
+    path.write_text(SOFTMAX)
+    spec = importlib.util.spec_from_file_location("edited_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "edited_kernels", module)
+    spec.loader.exec_module(module)
+    kernel = module.softmax_kernel
+    assert isinstance(kernel, JITFunction)
+    # The user inserts a layer norm above the kernel and saves, without reloading.
+    lines = SOFTMAX.splitlines(keepends=True)
+    path.write_text("".join(lines[:3]) + NORM + "".join(lines[3:]))
+    tuner = triton.autotune([triton.Config({"BLOCK_SIZE": 256})], key=["n_cols"])(kernel)
+    kind = read_kind(tuner)
+    assert kind.family == "softmax", kind
+
+
+def test_an_empty_config_list_runs_tritons_default_config():
+    tuned = costtune.autotune([], key=["n_rows", "n_cols"])(default_block_softmax)
+    x = torch.randn(8, 256)
+    out = torch.empty_like(x)
+    tuned[(8,)](out, x, 8, 256)
+    torch.testing.assert_close(out, torch.softmax(x, dim=-1))
+    assert [c.kwargs for c in tuned.configs] == [{}]
