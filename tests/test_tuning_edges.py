@@ -145,6 +145,26 @@ def test_an_error_every_config_shares_reaches_the_user_after_three_configs():
     assert bench.calls == 3  # not all 8 configs: exhaustive tuning stops at the first
 
 
+@triton.jit
+def narrow_k_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    tl.static_assert(BK < 64)  # one config's limit, not the kernel's bug
+    masked_tile_matmul(x, y, out, m, n, k, BM, BN, BK)
+
+
+def test_a_per_config_assertion_many_configs_share_is_still_replaced():
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": 64}, num_warps=4, num_stages=2)
+               for bm in (32, 64) for bn in (32, 64)]
+    configs.append(triton.Config({"BM": 32, "BN": 32, "BK": 32}, num_warps=4, num_stages=2))
+    tuned = costtune.autotune(configs, key=["m", "n", "k"], top_k=1, family="gemm",
+                              problem=PROBLEM, params=PARAMS, range_margin=None,
+                              do_bench=Bench(), precompile=False)(narrow_k_matmul)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CosttuneWarning)
+        x, y, out = _launch(tuned)
+    torch.testing.assert_close(out, x.float() @ y.float(), rtol=1e-3, atol=1e-3)
+    assert tuned.best_config.kwargs["BK"] == 32 and len(tuned.rejected) == 4
+
+
 def test_one_prune_dict_warns_for_each_kernel_it_serves():
     prune = costtune.prune_configs_by("h200", top_k=2, family="gemm", problem=PROBLEM,
                                       params=PARAMS, range_margin=None)

@@ -1,7 +1,8 @@
 """The benchmark loop of ``SafeAutotuner`` (``tune.tuner``): configs tried one at a time as
-the parallel precompile finishes them, failures recorded (a failure every config shares, as a
-bug in the kernel or its call, reaches the user after ``SAME_ERROR_STOP`` configs, as under
-exhaustive tuning where it ends the first), outputs judged by the guard, and the adaptive
+the parallel precompile finishes them, failures recorded (an error ``SAME_ERROR_STOP`` configs
+share while none ran, a bug in the kernel or its call, reaches the user, as under exhaustive
+tuning where it ends the first; Triton's per-config errors, OutOfResources, compile-time
+assertions and ptxas errors, never do), outputs judged by the guard, and the adaptive
 loop over the pruner's ranking (``tune.adaptive``)."""
 
 from __future__ import annotations
@@ -103,6 +104,12 @@ class Trying:
         """Raise ``exc`` once ``SAME_ERROR_STOP`` configs failed with it and none ran: not one
         config's failure but the kernel's or its call's, which no replacement mends
         (exhaustive tuning raises it at the first)."""
+        from triton.compiler.errors import CompileTimeAssertionFailure
+        from triton.runtime.errors import OutOfResources, PTXASError
+
+        per_config = (OutOfResources, CompileTimeAssertionFailure, PTXASError)
+        if isinstance(exc, per_config) or isinstance(exc.__cause__, AssertionError):
+            return  # one config's limits (the interpreter's static_assert), as Triton reads them
         errors = self.__dict__.setdefault("_errors", Counter())
         errors[(type(exc).__name__, str(exc))] += 1
         if not ran and errors[(type(exc).__name__, str(exc))] >= SAME_ERROR_STOP:
