@@ -253,3 +253,33 @@ def test_an_empty_config_list_runs_tritons_default_config():
     tuned[(8,)](out, x, 8, 256)
     torch.testing.assert_close(out, torch.softmax(x, dim=-1))
     assert [c.kwargs for c in tuned.configs] == [{}]
+
+
+class _FakePrecompile:
+    """The plain hook's precompiler as ``launchable`` calls it: every config fails to
+    compile, with one error for all (``same``) or one of its own; counts the batches."""
+
+    def __init__(self, same: bool) -> None:
+        self.same, self.batches = same, []
+
+    def __call__(self, batch, named_args, kwargs, family, outcomes=None, errors=None):
+        self.batches.append(len(batch))
+        outcomes.extend(["failed"] * len(batch))
+        for i, c in enumerate(batch):
+            errors[i] = TypeError("K is a float" if self.same else f"pass failed for {c}")
+        return 0, len(batch)
+
+
+@pytest.mark.parametrize("same, batches", [(True, [4]), (False, [4, 4, 4, 4])])
+def test_the_plain_hook_stops_replacing_on_an_error_every_compile_shares(same, batches):
+    from costtune.tune.decision import PruneDecision
+    from costtune.tune.launchable import launchable
+
+    configs = _configs() * 2
+    decision = PruneDecision(len(configs), 4, [], "gemm", {}, "float16", None)
+    run = _FakePrecompile(same)
+    kept = launchable(run, configs, list(range(16)), configs[:4], decision, {}, {},
+                      keys=list(range(16)))
+    # The kernel's own error: the kept list goes back as it was and Triton raises it at the
+    # first, as exhaustive tuning would; one config's failures: every config is tried.
+    assert run.batches == batches and kept == configs[:4]

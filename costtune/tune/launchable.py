@@ -54,17 +54,26 @@ def launchable(run: Callable[..., Any], configs: Sequence[Any], order: Any, kept
     (compiled in turn), as ``costtune.autotune`` replaces what fails: Triton launches a
     single kept config without benchmarking it, and would raise. The kept list as it
     stands when nothing can be told (no GPU: the precompile is skipped). ``keys``: the
-    configs' canonical keys (``decision.kept`` is rewritten with them)."""
+    configs' canonical keys (``decision.kept`` is rewritten with them). Replacing stops
+    when ``SAME_ERROR_STOP`` compiles failed with one error and none compiled: the kernel's
+    or its call's, which Triton then raises, as exhaustive tuning would at the first."""
+    from collections import Counter
+
     from costtune.tune.feasibility import config_text
+    from costtune.tune.trying import SAME_ERROR_STOP, error_key
 
     good: list[int] = []
     queue = [int(i) for i in order]
     want, compiled, submitted = len(kept), 0, 0
-    while len(good) < want and queue:
+    shared: Counter = Counter()  # failed compiles by error: the kernel's own stops replacing
+    while len(good) < want and queue and not (
+            not good and shared and max(shared.values()) >= SAME_ERROR_STOP):
         batch, queue = queue[: want - len(good)], queue[want - len(good):]
         outcomes: list = []
+        errors: dict = {}
         counts = run([configs[i] for i in batch], named_args, kwargs, decision.family,
-                     outcomes=outcomes)
+                     outcomes=outcomes, errors=errors)
+        shared.update(k for e in errors.values() if (k := error_key(e)) is not None)
         if counts is None:  # not compiled here: keep them, Triton compiles as it would
             good += batch
             break

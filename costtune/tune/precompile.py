@@ -67,13 +67,14 @@ def can_precompile() -> bool:
 
 def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, Any],
                kwargs: Mapping[str, Any], threads: int | None = None, mode: str = "threads",
-               outcomes: list | None = None, min_configs: int = 2
-               ) -> tuple[int, int] | None:
+               outcomes: list | None = None, min_configs: int = 2,
+               errors: dict | None = None) -> tuple[int, int] | None:
     """Compile ``configs`` of ``tuner`` (a triton Autotuner) for this call's arguments, in
     ``threads`` workers (default: one per usable core, at most one per config) of ``mode``
     ("processes" where ``build.forked`` can fork, else "threads"), and wait for all; returns
     (compiled, submitted), or None when skipped (``start_batch``). ``outcomes``, when given,
-    receives one entry per config, in order (``Batch``)."""
+    receives one entry per config, in order (``Batch``); ``errors`` what each failed compile
+    raised, by position."""
     batch = start_batch(tuner, configs, named_args=named_args, kwargs=kwargs,
                         threads=threads, mode=mode, min_configs=min_configs)
     if batch is None:
@@ -82,6 +83,8 @@ def precompile(tuner: Any, configs: Sequence[Any], *, named_args: Mapping[str, A
         done = dict(batch)
     if outcomes is not None:
         outcomes.extend(done[i] for i in range(len(configs)))
+    if errors is not None:
+        errors.update(batch.errors)
     return batch.compiled, len(configs)
 
 
@@ -217,10 +220,11 @@ def precompiler(tuner: Any, option: Any) -> Any:
     mode, count = parsed
 
     def run(kept: list[Any], named_args: Mapping[str, Any], kwargs: Mapping[str, Any],
-            family: str | None, outcomes: list | None = None) -> tuple[int, int] | None:
+            family: str | None, outcomes: list | None = None, errors: dict | None = None
+            ) -> tuple[int, int] | None:
         # One config too: what it compiles to says whether it can launch (``outcomes``).
         return precompile(tuner, kept, named_args=named_args, kwargs=kwargs, threads=count,
-                          mode=mode, outcomes=outcomes, min_configs=1)
+                          mode=mode, outcomes=outcomes, min_configs=1, errors=errors)
 
     return run
 

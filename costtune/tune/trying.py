@@ -18,10 +18,23 @@ from costtune.tune.decision import config_key
 from costtune.tune.feasibility import config_text, finite_time
 from costtune.tune.guard import MIN_VOTERS, CheckError, OutputGuard
 
-__all__ = ["SAME_ERROR_STOP", "Trying"]
+__all__ = ["SAME_ERROR_STOP", "Trying", "error_key"]
 
 # Configs failing with one error, none having run, after which that error is raised.
 SAME_ERROR_STOP = 3
+
+
+def error_key(exc: BaseException) -> tuple[str, str] | None:
+    """(type, message) of a failure that may be the kernel's or its call's; None for Triton's
+    per-config errors (OutOfResources, compile-time assertions, the interpreter's
+    static_assert, ptxas errors), which Triton's own benchmark reads as one config's limits."""
+    from triton.compiler.errors import CompileTimeAssertionFailure
+    from triton.runtime.errors import OutOfResources, PTXASError
+
+    per_config = (OutOfResources, CompileTimeAssertionFailure, PTXASError)
+    if isinstance(exc, per_config) or isinstance(exc.__cause__, AssertionError):
+        return None
+    return type(exc).__name__, str(exc)
 
 
 class Trying:
@@ -104,15 +117,12 @@ class Trying:
         """Raise ``exc`` once ``SAME_ERROR_STOP`` configs failed with it and none ran: not one
         config's failure but the kernel's or its call's, which no replacement mends
         (exhaustive tuning raises it at the first)."""
-        from triton.compiler.errors import CompileTimeAssertionFailure
-        from triton.runtime.errors import OutOfResources, PTXASError
-
-        per_config = (OutOfResources, CompileTimeAssertionFailure, PTXASError)
-        if isinstance(exc, per_config) or isinstance(exc.__cause__, AssertionError):
-            return  # one config's limits (the interpreter's static_assert), as Triton reads them
+        key = error_key(exc)
+        if key is None:
+            return
         errors = self.__dict__.setdefault("_errors", Counter())
-        errors[(type(exc).__name__, str(exc))] += 1
-        if not ran and errors[(type(exc).__name__, str(exc))] >= SAME_ERROR_STOP:
+        errors[key] += 1
+        if not ran and errors[key] >= SAME_ERROR_STOP:
             raise exc
 
     def _vote(self, guard: OutputGuard, reserve: list[Any], args: tuple, kwargs: dict) -> None:
