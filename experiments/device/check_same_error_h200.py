@@ -29,10 +29,10 @@ def child(way: str) -> dict:
     sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
     import torch
     import triton
-    from cold_tune.cases import matmul_configs
     from user_kernels import STYLES
 
     import costtune
+    from experiments.cold_tune.cases import matmul_configs
 
     style = STYLES["tutorial03_matmul"]
     configs = matmul_configs()
