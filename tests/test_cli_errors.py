@@ -169,6 +169,18 @@ def test_the_installed_entry_point_prints_one_line(places):
         assert res.stderr.startswith("error: ")
 
 
+def test_ctrl_c_says_so_in_one_line_and_exits_130(monkeypatch):
+    import costtune.cli.eval as command
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "scored_rows", interrupted)  # Ctrl-C while scoring
+    res = CliRunner().invoke(app, ["eval", "--dataset", str(DATASET)])
+    assert res.exit_code == 130, res.output
+    assert res.output.strip().splitlines() == ["error: interrupted (Ctrl-C)"], res.output
+
+
 @pytest.fixture(scope="module")
 def small_store(tmp_path_factory) -> Path:
     """Two families' train and test workloads of the H200 dataset (a few parts)."""

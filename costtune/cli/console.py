@@ -75,6 +75,8 @@ class OneLineErrors(TyperGroup):
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
             code = code if isinstance(code, int) else 0
+            if code == 130:  # Typer turns Ctrl-C into a silent Exit(130)
+                typer.echo("error: interrupted (Ctrl-C)", err=True)
         except _NO_ARGS as exc:  # plain `costtune`: the help
             exc.show()
             code = exc.exit_code
