@@ -33,8 +33,8 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
     over both. ``options``: ``prune_configs_by`` options and ``triton.autotune`` arguments.
 
     Never worse than exhaustive tuning: a kept config that fails to compile, does not fit or
-    fails to launch is replaced by the next-ranked one (an error three configs share, none
-    having run, is raised: the kernel's, not a config's), so ``top_k`` configs that run are
+    fails to launch is replaced by the next-ranked one (an error configs across the list's
+    values share, none having run, is raised: the kernel's), so ``top_k`` configs that run are
     benchmarked. An empty list runs Triton's default config, as Triton does. ``check``: True or
     ``{"outputs": [arg names], "reference": fn(args), "rtol": .., "atol": ..}`` also
     launches each benchmarked config once on the call's inputs and compares the outputs

@@ -55,25 +55,26 @@ def launchable(run: Callable[..., Any], configs: Sequence[Any], order: Any, kept
     single kept config without benchmarking it, and would raise. The kept list as it
     stands when nothing can be told (no GPU: the precompile is skipped). ``keys``: the
     configs' canonical keys (``decision.kept`` is rewritten with them). Replacing stops
-    when ``SAME_ERROR_STOP`` compiles failed with one error and none compiled: the kernel's
-    or its call's, which Triton then raises, as exhaustive tuning would at the first."""
-    from collections import Counter
-
+    when none compiled and compiles across the list's values failed with one error
+    (``trying.kernel_error``): the kernel's or its call's, which Triton then raises, as
+    exhaustive tuning would at the first."""
     from costtune.tune.feasibility import config_text
-    from costtune.tune.trying import SAME_ERROR_STOP, error_key
+    from costtune.tune.trying import error_key, kernel_error
 
     good: list[int] = []
     queue = [int(i) for i in order]
     want, compiled, submitted = len(kept), 0, 0
-    shared: Counter = Counter()  # failed compiles by error: the kernel's own stops replacing
+    shared: dict = {}  # failed compiles by error: the kernel's own stops replacing
     while len(good) < want and queue and not (
-            not good and shared and max(shared.values()) >= SAME_ERROR_STOP):
+            not good and any(kernel_error(f, configs) for f in shared.values())):
         batch, queue = queue[: want - len(good)], queue[want - len(good):]
         outcomes: list = []
         errors: dict = {}
         counts = run([configs[i] for i in batch], named_args, kwargs, decision.family,
                      outcomes=outcomes, errors=errors)
-        shared.update(k for e in errors.values() if (k := error_key(e)) is not None)
+        for j, error in errors.items():
+            if (key := error_key(error)) is not None:
+                shared.setdefault(key, []).append(configs[batch[j]])
         if counts is None:  # not compiled here: keep them, Triton compiles as it would
             good += batch
             break

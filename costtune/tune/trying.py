@@ -1,14 +1,14 @@
 """The benchmark loop of ``SafeAutotuner`` (``tune.tuner``): configs tried one at a time as
-the parallel precompile finishes them, failures recorded (an error ``SAME_ERROR_STOP`` configs
-share while none ran, a bug in the kernel or its call, reaches the user, as under exhaustive
-tuning where it ends the first; Triton's per-config errors, OutOfResources, compile-time
-assertions and ptxas errors, never do), outputs judged by the guard, and the adaptive
-loop over the pruner's ranking (``tune.adaptive``)."""
+the parallel precompile finishes them, failures recorded, outputs judged by the guard, and the
+adaptive loop over the pruner's ranking (``tune.adaptive``). A failure is one config's and
+replaced, except an error that configs across the list's values share while none ran
+(``kernel_error``: a bug in the kernel or its call), which reaches the user, as under
+exhaustive tuning where it ends the first; Triton's per-config errors (OutOfResources,
+compile-time assertions, ptxas errors) never do."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -18,23 +18,49 @@ from costtune.tune.decision import config_key
 from costtune.tune.feasibility import config_text, finite_time
 from costtune.tune.guard import MIN_VOTERS, CheckError, OutputGuard
 
-__all__ = ["SAME_ERROR_STOP", "Trying", "error_key"]
+__all__ = ["SAME_ERROR_STOP", "Trying", "error_key", "kernel_error", "values_of"]
 
-# Configs failing with one error, none having run, after which that error is raised.
+# Fewest configs failing with one error, none having run, before it is raised.
 SAME_ERROR_STOP = 3
 
 
 def error_key(exc: BaseException) -> tuple[str, str] | None:
     """(type, message) of a failure that may be the kernel's or its call's; None for Triton's
-    per-config errors (OutOfResources, compile-time assertions, the interpreter's
-    static_assert, ptxas errors), which Triton's own benchmark reads as one config's limits."""
+    per-config errors (OutOfResources, compile-time assertions, ptxas errors, anywhere in the
+    exception's chain), which Triton's own benchmark reads as one config's limits, and for
+    an error that cannot be printed."""
     from triton.compiler.errors import CompileTimeAssertionFailure
     from triton.runtime.errors import OutOfResources, PTXASError
 
-    per_config = (OutOfResources, CompileTimeAssertionFailure, PTXASError)
-    if isinstance(exc, per_config) or isinstance(exc.__cause__, AssertionError):
+    seen, link = 0, exc
+    while link is not None and seen < 16:
+        if isinstance(link, (OutOfResources, CompileTimeAssertionFailure, PTXASError)):
+            return None
+        link, seen = link.__cause__ or link.__context__, seen + 1
+    try:
+        return type(exc).__name__, str(exc)
+    except Exception:  # noqa: BLE001 - an unprintable error is no evidence
         return None
-    return type(exc).__name__, str(exc)
+
+
+def values_of(config: Any) -> dict[str, Any]:
+    """A config's values as its launch passes them (kwargs, num_warps, num_stages)."""
+    return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+
+
+def kernel_error(failed: Sequence[Any], pool: Sequence[Any]) -> bool:
+    """Whether configs ``failed`` with one error can only be the kernel's or its call's: at
+    least ``SAME_ERROR_STOP`` of them, and every parameter that varies in ``pool`` (the
+    config list) takes two values or more among them. A failure confined to one value (a
+    pass that fails on warp-specialized loops, an assertion on BLOCK_K = 64) is one value's,
+    and replacing goes on."""
+    if len(failed) < SAME_ERROR_STOP:
+        return False
+    listed = [values_of(c) for c in pool]
+    seen = [values_of(c) for c in failed]
+    names = {k for v in listed for k in v}
+    varying = [n for n in names if len({repr(v.get(n)) for v in listed}) > 1]
+    return bool(varying) and all(len({repr(v.get(n)) for v in seen}) > 1 for n in varying)
 
 
 class Trying:
@@ -97,13 +123,13 @@ class Trying:
                 failed[text] = ("does not fit in shared memory" if outcome == "too_big"
                                 else "failed to compile")
                 if error is not None:
-                    self._same_error(error, ran)
+                    self._same_error(error, config, ran)
                 continue
             try:
                 timing = Autotuner._bench(self, *args, config=config, **kwargs)
             except Exception as exc:  # e.g. a compiler pass that fails for this config only
                 failed[text] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
-                self._same_error(exc, ran)
+                self._same_error(exc, config, ran)
                 continue
             if not finite_time(timing):
                 failed[text] = "failed to compile or launch (OutOfResources or a compile error)"
@@ -113,16 +139,18 @@ class Trying:
             if guard is not None and text not in guard.records:
                 self._judge(guard, config, args, kwargs, quiet=False)
 
-    def _same_error(self, exc: BaseException, ran: list[Any]) -> None:
-        """Raise ``exc`` once ``SAME_ERROR_STOP`` configs failed with it and none ran: not one
-        config's failure but the kernel's or its call's, which no replacement mends
-        (exhaustive tuning raises it at the first)."""
+    def _same_error(self, exc: BaseException, config: Any, ran: list[Any]) -> None:
+        """Raise ``exc`` once, with no config run, it is the kernel's or its call's
+        (``kernel_error``: configs across the list's values failed with it), which no
+        replacement mends (exhaustive tuning raises it at the first)."""
         key = error_key(exc)
         if key is None:
             return
-        errors = self.__dict__.setdefault("_errors", Counter())
-        errors[key] += 1
-        if not ran and errors[key] >= SAME_ERROR_STOP:
+        errors = self.__dict__.setdefault("_errors", {})
+        errors.setdefault(key, []).append(config)
+        decision = self._decision()
+        pool = getattr(decision, "configs", None) or self.configs
+        if not ran and kernel_error(errors[key], pool):
             raise exc
 
     def _vote(self, guard: OutputGuard, reserve: list[Any], args: tuple, kwargs: dict) -> None:

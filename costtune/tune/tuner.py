@@ -34,7 +34,6 @@ rank 0 tunes, the other ranks take its choice (``tune.ranks``).
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -213,7 +212,7 @@ class SafeAutotuner(Trying, Autotuner):
 
     def _tune(self, kept: list[Any], kwargs: dict) -> list[Any]:
         start = time.perf_counter()
-        self._errors = Counter()  # failures by error, this call (``Trying._same_error``)
+        self._errors = {}  # failed configs by error, this call (``Trying._same_error``)
         try:
             return self._tune_kept(kept, kwargs)
         finally:
@@ -230,11 +229,12 @@ class SafeAutotuner(Trying, Autotuner):
         adaptive = (self.budget is not None
                     and getattr(self._decision(), "scores", None) is not None)
         try:
-            if adaptive:
+            if adaptive:  # its cap may hold every config: voters come from the whole ranking
+                voters = self._reserve([])
                 self._adapt(kept, args, kwargs, ran=ran, failed=failed, guard=guard,
-                            reserve=reserve)
+                            reserve=voters)
                 if guard is not None:
-                    self._vote(guard, reserve, args, kwargs)
+                    self._vote(guard, voters, args, kwargs)
                 pending = []
             while pending:
                 self._try(pending, args, kwargs, ran=ran, failed=failed, guard=guard,
