@@ -42,7 +42,7 @@ KS = (1, 2, 4, 8, 16, 32)
 COLD_S = 0.05  # a workload whose median compile_s is above this compiled from scratch
 WARMUP_MS, REP_MS = 25.0, 100.0  # triton.testing.do_bench defaults
 FLUSH_MS = 256 * 2**20 / 4.3e12 * 1e3  # do_bench zeroes a 256 MiB buffer before each rep
-# DESIGN.md: cold triton.autotune, 328 GEMM configs, 4096^3, H200: 178 s, ~136 s compiling.
+# Design brief: cold triton.autotune, 328 GEMM configs, 4096^3, H200: 178 s, ~136 s compiling.
 MEASURED_COLD = {"workload": "gemm_M4096_N4096_K4096_float16", "configs": 328, "total_s": 178.0,
                  "compile_s": 136.0}
 
@@ -139,7 +139,7 @@ def points(test: pd.DataFrame, train: pd.DataFrame, models: dict[str, CostModel]
 
 
 def sanity_check(df: pd.DataFrame) -> str:
-    """The model on the one cold autotune measured end to end (DESIGN.md)."""
+    """The model on the one cold autotune measured end to end (the brief)."""
     rows = df[df["workload"] == MEASURED_COLD["workload"]]
     if rows.empty:
         return "(the 4096³ GEMM workload is not in this dataset: no check)"
@@ -147,7 +147,7 @@ def sanity_check(df: pd.DataFrame) -> str:
     comp = rows["compile_est_s"].sum() * scale
     bench = rows["bench_est_s"].sum() * scale
     return (f"Check against the one cold `triton.autotune` measured end to end on the H200 "
-            f"(DESIGN.md: 4096³ GEMM, {MEASURED_COLD['configs']} configs, "
+            f"(design brief: 4096³ GEMM, {MEASURED_COLD['configs']} configs, "
             f"{MEASURED_COLD['total_s']:.0f} s of which ~{MEASURED_COLD['compile_s']:.0f} s "
             f"compiling): this model, on our {len(rows)}-config space for that shape scaled to "
             f"{MEASURED_COLD['configs']} configs, gives {comp + bench:.0f} s "

@@ -26,14 +26,14 @@ RAW = harness.raw_dir(QUESTION)
 FAMILIES = ("gemm", "softmax", "attention")
 # Test-suite shapes with modest spaces (cold exhaustive tuning is the expensive part).
 SHAPES = {
-    # The third: the test suite's square nearest DESIGN.md's 4096^3 reference (300 configs).
+    # The third: the test suite's square nearest the brief's 4096^3 reference (300 configs).
     "gemm": [{"M": 16, "N": 6144, "K": 4096}, {"M": 512, "N": 4608, "K": 3584},
              {"M": 5120, "N": 5120, "K": 5120}],
     "softmax": [{"rows": 4096, "cols": 4096}, {"rows": 4, "cols": 32000}],
     "attention": [{"B": 1, "H": 32, "S": 512, "D": 128, "causal": 1},
                   {"B": 8, "H": 12, "S": 1024, "D": 64, "causal": 0}],
 }
-# Rough seconds for planning: DESIGN.md's cold autotune of 328 GEMM configs took 178 s (~0.4 s
+# Rough seconds for planning: the brief's cold autotune of 328 GEMM configs took 178 s (~0.4 s
 # compile + ~0.13 s do_bench each); attention compiles took ~1-4 s per config in the dataset.
 EST_START_S = 7.0  # process start to finish less the tuning (costtune runs took 7.5-11.5 s)
 EST_PRUNE_S = 2.0  # first pruning call: imports xgboost (and scikit-learn), loads the model

@@ -33,7 +33,7 @@ from experiments.prune_vs_exhaustive.plan import (
 )
 from experiments.prune_vs_exhaustive.run import load_retimes
 
-LARGE_SPACE = 250  # configs: a space like DESIGN.md's 328-config GEMM reference
+LARGE_SPACE = 250  # configs: a space like the brief's 328-config GEMM reference
 MARKERS = {"exhaustive": "*", "tutorial": "s", "costtune": "o", "costtune2": "^"}
 RUN_COLUMNS = ["workload", "method", "k", "n_space", "n_benchmarked", "bench", "tune_s",
                "process_s", "prune_ms", "precompile_ms", "precompiled", "commit", "chosen",
@@ -76,7 +76,7 @@ def result_table(results: list[tuple[Run, dict]], retimes: list[dict] | None = N
     # The very config exhaustive chose is exactly as fast (nothing to re-time side by side).
     df.loc[df["chosen"] == df["workload"].map(exh["chosen"]), "speed_same_process"] = 1.0
     best = dataset_best()
-    # Across runs only ratios hold (DESIGN.md): compare kernel/torch with the dataset's.
+    # Across runs only ratios hold (the brief): compare kernel/torch with the dataset's.
     df["speed_vs_dataset_best"] = df["workload"].map(best) / (df["kernel_ms"] / df["torch_ms"])
     return df
 
@@ -118,7 +118,7 @@ def goal_lines(ok: pd.DataFrame) -> list[str]:
                 f"speed {r['speed']:.3f}{' (met)' if r['hit'] else ''}" for _, r in g.iterrows()]
     large = paired[paired["n_space"] >= LARGE_SPACE]
     if len(large):
-        out += ["", f"On large spaces only (>= {LARGE_SPACE} configs, the kind of DESIGN.md's "
+        out += ["", f"On large spaces only (>= {LARGE_SPACE} configs, the design brief's "
                 "reference: 178 s for one 4096^3 GEMM over 328 configs):", ""]
         out += [f"- {label(method, k)}: met on {int(g['hit'].sum())}/{len(g)} shapes "
                 f"({', '.join(g['workload'])}) -> **{'met' if g['hit'].all() else 'NOT met'}**"
