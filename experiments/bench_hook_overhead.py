@@ -155,8 +155,9 @@ def report_lines(r: dict[str, Any], records: pd.DataFrame) -> list[str]:
         "sibling is busy. Model inference grows with the number of trees: it is the part a "
         "smaller model would cut (on the 2-core development VM, 150 instead of 300 trees: "
         "~5.9 instead of ~10.5 ms; 2 XGBoost threads: ~6.8 ms). The shipped GEMM model keeps "
-        "300 trees: cross-validation on the train suite scored 150 trees lower (top1 0.954 "
-        "vs 0.969, experiments/results/model_selection.md), and a few ms are small against the "
+        "300 trees: cross-validation on the train suite scored 150 trees lower (per-family "
+        "GEMM top1 0.952 vs 0.965, experiments/results/model_selection.md), and a few ms are "
+        "small against the "
         "seconds of compiling even one config.", "",
         "## Every run recorded (ms; one record per run in results/raw/hook_overhead/)", "",
         harness.md_table(hosts, floatfmt=".2f"), "",
