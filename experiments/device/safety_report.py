@@ -49,8 +49,9 @@ def main() -> None:
     print(f"- GPU {env.get('gpu')}, driver {env.get('driver')}, torch {env.get('torch')}, "
           f"triton {env.get('triton')}; command `{env.get('command')}`")
     print("- Device calls: `COSTTUNE_COMMIT=<commit> bash experiments/device/call_safety_h200.sh`"
-          " (nvidia-h200, seventh session's calls 2 at 4c4cdf8 and 6 at f1102f8, the final "
-          "code); raw lines in `raw/safety_h200/`; this report: "
+          " (nvidia-h200, seventh session's calls 2 at 4c4cdf8 and 6 at f1102f8; the "
+          "twenty-third session's call 12 at acc25cd ran `safety_h200.py --deadline-s 200` "
+          "alone, after the same-error stop); raw lines in `raw/safety_h200/`; this report: "
           "`python experiments/device/safety_report.py`\n")
     print(df.to_markdown(index=False))
 
