@@ -26,6 +26,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from user_kernels import STYLES, Style  # noqa: E402
+from user_kernels_libs import flash_configs  # noqa: E402
 
 
 @triton.jit
@@ -120,10 +121,9 @@ def swa_fwd_kernel(Q, K, V, Out, softmax_scale, stride_qb, stride_qh, stride_qm,
 
 def variant_configs(size: str) -> list[triton.Config]:
     """A library's kind of list: BLOCK_M x BLOCK_N, warps, stages (tiny on the CPU)."""
-    if size == "cpu":
-        grid = itertools.product((64,), (32, 64), (4,), (2, 3))
-    else:
-        grid = itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3))
+    if size != "cpu":
+        return flash_configs(size)  # flash-attn's list: the same on the GPU
+    grid = itertools.product((64,), (32, 64), (4,), (2, 3))
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
             for m, n, w, s in grid]
 

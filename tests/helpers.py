@@ -12,10 +12,8 @@ import triton.language as tl
 
 
 @triton.jit
-def masked_tile_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
-                       BK: tl.constexpr):
-    """out[tile] = x[m, k] @ y[k, n] for this program's (BM, BN) tile, masked at the edges.
-    Test kernels call it with their own parameter names (that is what they test)."""
+def tile_product(x, y, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """This program's (BM, BN) tile of x[m, k] @ y[k, n] in fp32, masked at the edges."""
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -27,7 +25,22 @@ def masked_tile_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
         b = tl.load(y + kk[:, None] * n + rn[None, :], mask=(kk[:, None] < k) & (rn[None, :] < n),
                     other=0.0)
         acc += tl.dot(a, b)
+    return acc
+
+
+@triton.jit
+def store_tile(out, acc, m, n, BM: tl.constexpr, BN: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
     tl.store(out + rm[:, None] * n + rn[None, :], acc, mask=(rm[:, None] < m) & (rn[None, :] < n))
+
+
+@triton.jit
+def masked_tile_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
+                       BK: tl.constexpr):
+    """out[tile] = x[m, k] @ y[k, n] for this program's (BM, BN) tile, masked at the edges.
+    Test kernels call it with their own parameter names (that is what they test)."""
+    store_tile(out, tile_product(x, y, m, n, k, BM, BN, BK), m, n, BM, BN)
 
 
 def launch_tile_matmul(tuner, m: int, n: int, k: int) -> str:

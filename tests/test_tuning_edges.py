@@ -14,7 +14,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import Bench, masked_tile_matmul
+from helpers import Bench, masked_tile_matmul, store_tile, tile_product
 from learning_helpers import StepBench
 from triton.runtime.jit import JITFunction
 
@@ -31,20 +31,10 @@ PROBLEM = {"M": "m", "N": ("y", 1), "K": "k"}
 def doubled_unless_small(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
                          BK: tl.constexpr):
     """A matmul whose configs with a 64-wide tile are wrong (they write 2 x @ y)."""
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), tl.float32)
-    for k0 in range(0, k, BK):
-        kk = k0 + rk
-        a = tl.load(x + rm[:, None] * k + kk[None, :], mask=(rm[:, None] < m) & (kk[None, :] < k),
-                    other=0.0)
-        b = tl.load(y + kk[:, None] * n + rn[None, :], mask=(kk[:, None] < k) & (rn[None, :] < n),
-                    other=0.0)
-        acc += tl.dot(a, b)
+    acc = tile_product(x, y, m, n, k, BM, BN, BK)
     if BM == 64 or BN == 64:
         acc = acc * 2.0
-    tl.store(out + rm[:, None] * n + rn[None, :], acc, mask=(rm[:, None] < m) & (rn[None, :] < n))
+    store_tile(out, acc, m, n, BM, BN)
 
 
 @triton.jit
@@ -312,20 +302,10 @@ def test_an_error_confined_to_one_value_is_replaced_however_often_it_comes():
 def doubled_when_square64(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
                           BK: tl.constexpr):
     """A matmul whose 64 x 64 config is wrong (it writes 2 x @ y)."""
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), tl.float32)
-    for k0 in range(0, k, BK):
-        kk = k0 + rk
-        a = tl.load(x + rm[:, None] * k + kk[None, :], mask=(rm[:, None] < m) & (kk[None, :] < k),
-                    other=0.0)
-        b = tl.load(y + kk[:, None] * n + rn[None, :], mask=(kk[:, None] < k) & (rn[None, :] < n),
-                    other=0.0)
-        acc += tl.dot(a, b)
+    acc = tile_product(x, y, m, n, k, BM, BN, BK)
     if BM == 64 and BN == 64:
         acc = acc * 2.0
-    tl.store(out + rm[:, None] * n + rn[None, :], acc, mask=(rm[:, None] < m) & (rn[None, :] < n))
+    store_tile(out, acc, m, n, BM, BN)
 
 
 def test_adaptive_check_finds_voters_when_its_cap_holds_every_config():

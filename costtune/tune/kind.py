@@ -105,21 +105,20 @@ def source_constants(kernel: Any) -> dict[str, int]:
     its constexpr parameters' integer defaults (``BLOCK_SIZE: tl.constexpr = 256``: what a
     launch that does not pass them compiles with)."""
     obj = jit_level(kernel)
-    if obj is None:
-        return {}
-    try:
-        params = inspect.signature(python_function(obj)).parameters.values()
-    except (TypeError, ValueError):
-        params = []
-    defaults = {p.name: int(p.default) for p in params
-                if "constexpr" in str(p.annotation) and isinstance(p.default, int)
-                and not isinstance(p.default, bool)}
-    return {**defaults, **dict(_constants(obj))}
+    return {} if obj is None else dict(_constants(obj))
 
 
 @functools.lru_cache(maxsize=512)
 def _constants(obj: Any) -> tuple[tuple[str, int], ...]:
-    return tuple((name, int(value)) for name, value in _CONSTANT.findall(_source(obj, depth=0)))
+    try:
+        params = inspect.signature(python_function(obj)).parameters.values()
+    except (TypeError, ValueError):
+        params = []
+    defaults = [(p.name, int(p.default)) for p in params
+                if "constexpr" in str(p.annotation) and isinstance(p.default, int)
+                and not isinstance(p.default, bool)]
+    body = [(name, int(value)) for name, value in _CONSTANT.findall(_source(obj, depth=0))]
+    return tuple(dict(defaults + body).items())  # the body's assignments win
 
 
 def _name_holds(lowered: str, family: str, ops: set[str] | None) -> bool:

@@ -113,6 +113,7 @@ class ConfigPruner:
         # costtune.autotune(learn=True) sets this: the kernel's own model folder, preferred
         # when it holds a model learned from ``model`` (``model.learned``).
         self.kernel_dir: Any = None
+        self.adaptive = False  # costtune.autotune's adaptive budget: warnings say "up to"
         self._warned: dict[int, set[str]] = {}  # per kernel: one dict may serve several
         # Triton passes the same configs list on every call: keys and family params of that
         # list are computed once.
@@ -151,7 +152,7 @@ class ConfigPruner:
         decision.ranked = [int(i) for i in order]
         decision.fallbacks = list(dict.fromkeys(c for c, _ in notes))
         decision.notes = list(dict.fromkeys(notes))
-        upto = "up to " if getattr(self, "adaptive", False) else ""  # the loop may stop early
+        upto = "up to " if self.adaptive else ""  # the loop may stop early
         # Once per kernel and reason: one prune_configs_by(...) dict may serve several kernels.
         warned = self._warned.setdefault(id(self.kernel or calling_tuner()), set())
         decision.warnings = warn_once(warned, notes,
