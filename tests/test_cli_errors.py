@@ -41,13 +41,32 @@ def places(tmp_path_factory) -> dict[str, Path]:
                               "num_stages": 2, "config": f"BLOCK={b},num_warps=4,num_stages=2",
                               "status": "ok", "time_ms": 0.01 * b} for b in (16, 32)],
                             meta={"gpu": "NVIDIA H200"})
+    failed, two_gpus = root / "failed", root / "two_gpus"
+    for folder, gpus, status in ((failed, ["NVIDIA H200"], "out_of_resources"),
+                                 (two_gpus, ["NVIDIA H200", "NVIDIA H100"], "ok")):
+        for i, gpu in enumerate(gpus):
+            Store(folder).append(gemm_rows(status, scale=i + 1), meta={"gpu": gpu})
     no_booster = root / "lonely"
     shutil.copy(REPO / "costtune" / "models" / "h200.json", root / "lonely.json")
     a_file = root / "a_file"
     a_file.write_text("not a folder")
     return {"empty": empty, "corrupt": corrupt, "harvested": harvested, "torn": torn,
             "missing": root / "missing", "lonely": no_booster, "file": a_file,
-            "out": root / "out", "part": corrupt / "softmax" / part.name}
+            "out": root / "out", "part": corrupt / "softmax" / part.name, "failed": failed,
+            "two_gpus": two_gpus}
+
+
+def gemm_rows(status: str, scale: int = 1) -> list[dict]:
+    """Rows of gemm at 64 x 64 x 64 for two configs, all with ``status``."""
+    rows = []
+    for bm in (32, 64):
+        cfg = {"BLOCK_M": bm, "BLOCK_N": 32, "BLOCK_K": 32, "SPLIT_K": 1, "num_warps": 4,
+               "num_stages": 2}
+        rows.append({"kernel": "gemm", "workload": "gemm_M64_N64_K64_float16", "dtype":
+                     "float16", "M": 64, "N": 64, "K": 64, **cfg, "suite": "train",
+                     "config": ",".join(f"{k}={v}" for k, v in cfg.items()), "status": status,
+                     "time_ms": 0.001 * bm * scale if status == "ok" else float("nan")})
+    return rows
 
 
 def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
@@ -122,6 +141,13 @@ def cases(p: dict[str, Path]) -> list[tuple[list[str], str]]:
         (["study", "gemm", *shape, "--storage", "nosuchdb://x", "--replay", c],
          "--storage nosuchdb://x: cannot open it"),
         (["study", "gemm", *shape, *replay, "--dtype", "int8"], "takes dtype"),
+        (["study", "gemm", *shape, "--gpu", "NVIDIA H200"], "--gpu chooses a GPU model's"),
+        (["study", "gemm", *shape, "--replay", str(p["failed"])],
+         "gemm_M64_N64_K64_float16 has no OK measurement"),
+        (["study", "gemm", *shape, "--replay", str(p["two_gpus"])],
+         "from 2 GPU models ['NVIDIA H100', 'NVIDIA H200']: pass gpu= (the CLI's --gpu)"),
+        (["study", "gemm", *shape, "--replay", str(p["two_gpus"]), "--gpu", "A100"],
+         "no rows for GPU 'A100'"),
     ]
 
 
@@ -145,6 +171,17 @@ def test_every_command_rejects_bad_input_in_one_line(places, monkeypatch, tmp_pa
         seen.add(args[0])
     assert seen >= {"kernels", "collect", "features", "train", "eval", "study"}
     assert not list(tmp_path.iterdir()) and not places["out"].exists()
+
+
+def test_study_replays_the_gpu_model_asked_for(places):
+    runner = CliRunner()
+    for gpu, best in (("NVIDIA H200", 0.032), ("NVIDIA H100", 0.064)):
+        res = runner.invoke(app, ["study", "gemm", "--shape", "64,64,64", "--replay",
+                                  str(places["two_gpus"]), "--gpu", gpu, "--n-trials", "2",
+                                  "--sampler", "random", "--seed", "0", "--json"])
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.output.strip().splitlines()[-1])
+        assert out["exhaustive_best_time_ms"] == best, out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")

@@ -100,6 +100,25 @@ def test_cluster_collection_equals_single_process(client, mini, reference, tmp_p
     assert again["skipped_workloads"] == 6 and again["workloads"] == 0
 
 
+def test_replay_of_a_two_gpu_dataset_takes_the_gpu_asked_for(client, mini, tmp_path):
+    _, df, workloads = mini
+    both = pd.concat([df.assign(gpu="NVIDIA H200"),
+                      df.assign(gpu="NVIDIA H100", time_ms=df["time_ms"] * 2)],
+                     ignore_index=True)
+    summary = collect(workloads[:1], tmp_path / "a", scheduler=ready(client),
+                      replay_dataset=both, gpu="NVIDIA H100")
+    assert summary["failed_workloads"] == [] and summary["errors"] == [], summary
+    stored = Store(tmp_path / "a").load()
+    assert set(stored["gpu"]) == {"NVIDIA H100"}
+    want = df[df["workload"] == workloads[0].id].set_index("config")["time_ms"] * 2
+    got = stored.set_index("config")["time_ms"]
+    pd.testing.assert_series_equal(got.sort_index(), want.loc[got.index].sort_index())
+    unsure = collect(workloads[:1], tmp_path / "b", scheduler=client, replay_dataset=both,
+                     retries=0)
+    assert unsure["failed_workloads"] == [workloads[0].id]
+    assert "2 GPU models" in unsure["errors"][0] and "gpu=" in unsure["errors"][0]
+
+
 def test_a_workload_another_collector_holds_is_skipped(client, mini, reference, tmp_path):
     """Two collections on one store: the one that finds a workload claimed skips it (busy),
     stores the rest, and a rerun after the claim is gone completes the store."""
@@ -253,10 +272,17 @@ def test_cli_scheduler_reports_workers_without_a_gpu(tmp_path, monkeypatch):
             "collect", "softmax", "--suite", str(problems), "--dtype", "float16",
             "--max-configs", "2", "--out", str(tmp_path / "store"),
             "--scheduler", cluster.scheduler_address])
-    assert res.exit_code == 0, res.output
-    summary = json.loads(res.output.strip().splitlines()[-1])
+    # Every workload failed: the summary JSON still comes (on stdout), then the errors and a
+    # non-zero exit, so a script or shell loop sees the collection did not happen.
+    assert res.exit_code == 2, res.output
+    (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    summary = json.loads(line)
     assert summary["workloads"] == 0 and len(summary["failed_workloads"]) == 2
     assert all("no CUDA GPU visible" in e for e in summary["errors"])
+    errors = res.stderr.strip().splitlines()
+    assert sum("no CUDA GPU visible" in e for e in errors) == 2, errors
+    assert errors[-1] == ("error: 2 of 2 workloads failed and were not stored (see the errors "
+                          "above); rerun to resume them")
     assert Store(tmp_path / "store").parts() == []
 
 

@@ -159,3 +159,25 @@ def test_store_and_replay_import_neither_torch_nor_triton():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_one_workload_from_two_gpu_models_replays_one_of_them(tmp_path):
+    # A store collected on two GPU models holds each workload twice: replay must say so and
+    # replay the model asked for, not refuse the whole store.
+    store = Store(tmp_path)
+    rows = [m.as_row() for m in measurements() if m.workload.kernel == "gemm"]
+    store.append(rows, meta={"gpu": "NVIDIA H200"})
+    store.append([{**r, "time_ms": r["time_ms"] * 2} for r in rows], meta={"gpu": "NVIDIA H100"})
+    from costtune.store.dataset import load_dataset
+
+    assert set(load_dataset(tmp_path)["gpu"]) == {"NVIDIA H100", "NVIDIA H200"}  # which is which
+    assert "gpu" not in load_dataset(tmp_path, gpu="NVIDIA H100").columns  # one model: as before
+    with pytest.raises(ValueError, match=r"2 GPU models .*gpu="):
+        ReplayRunner(tmp_path)
+    h100 = ReplayRunner(tmp_path, gpu="NVIDIA H100")
+    h200 = ReplayRunner(tmp_path, gpu="NVIDIA H200")
+    assert h100.best(GEMM).time_ms == 0.24 and h200.best(GEMM).time_ms == 0.12
+    with pytest.raises(ValueError, match=r"no rows for GPU 'A100'.*NVIDIA H100"):
+        ReplayRunner(tmp_path, gpu="A100")
+    with pytest.raises(ValueError, match="no gpu column"):
+        ReplayRunner(pd.DataFrame([measurements()[0].as_row()]), gpu="NVIDIA H200")

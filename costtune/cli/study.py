@@ -68,6 +68,9 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
           dtype: str = typer.Option("float16", "--dtype", help="input dtype (torch name)"),
           replay: Path | None = typer.Option(None, "--replay", help="recorded dataset: "
                                              "answer from it on CPU instead of a GPU"),
+          gpu: str | None = typer.Option(None, "--gpu", help="with --replay: the GPU model "
+                                         "whose rows to replay (e.g. 'NVIDIA H200'), needed "
+                                         "where the dataset holds the workload from several"),
           sampler: str = typer.Option("tpe", "--sampler", help="tpe|cmaes|gp|random|qmc"),
           n_trials: int = typer.Option(32, "--n-trials", help="configs to measure"),
           storage: str | None = typer.Option(None, "--storage", help="Optuna storage URL or "
@@ -104,9 +107,11 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
     if dtype not in family.DTYPES:
         _fail(f"{kernel} takes dtype {', '.join(family.DTYPES)}, not {dtype!r}")
     workload = Workload(kernel, problem, dtype)
+    if gpu is not None and replay is None:
+        _fail("--gpu chooses a GPU model's rows in a --replay dataset; pass --replay DIR")
     _check_storage(storage)
     model = _warm_model(warm_start, kernel)
-    runner = _runner(workload, replay, seed)
+    runner = _runner(workload, replay, seed, gpu)
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -168,15 +173,15 @@ def _warm_model(warm_start: str | None, kernel: str) -> Any:
         _fail(f"--warm-start {warm_start}: {describe(exc)}")
 
 
-def _runner(workload: Any, replay: Path | None, seed: int | None) -> Any:
+def _runner(workload: Any, replay: Path | None, seed: int | None, gpu: str | None) -> Any:
     if replay is not None:
         from costtune.cli.inputs import load_rows
         from costtune.measure.replay import ReplayRunner
 
         rows = load_rows(replay, kernel=workload.kernel, option="--replay")
         try:
-            runner = ReplayRunner(rows)
-            runner.configs(workload)
+            runner = ReplayRunner(rows, gpu=gpu)
+            runner.best(workload)  # the ratio needs one OK row; a study could find nothing
         except (OSError, ValueError) as exc:
             _fail(f"--replay {replay}: {describe(exc)}")
         return runner

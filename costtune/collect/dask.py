@@ -58,7 +58,9 @@ def collect_dask(workloads: list[Workload], store, *, scheduler: Any = None,
     ``time_budget_s``: submit no new workload after this many seconds. ``order``: "spread"
     (biggest first, kernels in turn: ``costtune.collect.plan.spread_order``) or "given" (the
     order of ``workloads``; one worker measures them in exactly that order). ``gpu``: the GPU
-    model the workers measure on, for resume (default: asked from the workers; they must agree).
+    model the workers measure on, for resume (default: asked from the workers; they must agree);
+    with ``runner="replay"``, the GPU model whose rows to replay (needed where the dataset holds
+    a workload from several).
 
     >>> import costtune, tempfile
     >>> from costtune.store.dataset import Store
@@ -100,7 +102,8 @@ def collect_dask(workloads: list[Workload], store, *, scheduler: Any = None,
             gpu = _worker_gpu(client)
             todo, summary["skipped_workloads"] = plan(gpu=gpu)
         if todo:
-            replay_rows = _replay_rows(replay_dataset, todo) if runner == "replay" else {}
+            replay_rows = (_replay_rows(replay_dataset, todo, gpu) if runner == "replay"
+                           else {})
             if runner == "gpu":
                 client.register_plugin(ShutdownCompilePool(), name="costtune-compile-pool")
             claims = _Claims(store, gpu=gpu if runner == "gpu" else None, summary=summary)
@@ -261,17 +264,19 @@ def _run(client, todo, task_kw, replay_rows, *, retries, t0, time_budget_s, stor
             submit_next()
 
 
-def _replay_rows(dataset, todo) -> dict[str, pd.DataFrame]:
-    """Each workload's recorded rows: a task carries its own slice, so workers need no copy of
-    the dataset. Workloads the dataset lacks get an empty frame (their configs come back
-    NOT_MEASURED and are not stored)."""
+def _replay_rows(dataset, todo, gpu: str | None) -> dict[str, pd.DataFrame]:
+    """Each workload's recorded rows (GPU model ``gpu``'s where given): a task carries its own
+    slice, so workers need no copy of the dataset. Workloads the dataset lacks get an empty
+    frame (their configs come back NOT_MEASURED and are not stored)."""
+    from costtune.measure.replay import ReplayRunner
     from costtune.store.dataset import REQUIRED_COLUMNS, load_dataset
 
     wanted = {w.id for w, _ in todo}
     if isinstance(dataset, pd.DataFrame):
-        frames = [dataset]
+        one_gpu = gpu is not None and "gpu" in dataset.columns  # else: one model's rows
+        frames = [ReplayRunner(dataset, gpu=gpu).data if one_gpu else dataset]
     else:
-        frames = [load_dataset(Path(dataset), kernel=k)
+        frames = [load_dataset(Path(dataset), kernel=k, gpu=gpu)
                   for k in sorted({w.kernel for w, _ in todo})]
     out: dict[str, pd.DataFrame] = {}
     for df in frames:

@@ -8,6 +8,7 @@ with no time. Nothing is interpolated or invented.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import pandas as pd
@@ -20,7 +21,8 @@ _CORE = ("kernel", "workload", "dtype", "implementation", "config", "status", *_
 
 
 class ReplayRunner:
-    """Replays a dataset (DataFrame, or a path for ``costtune.load_dataset``).
+    """Replays a dataset (DataFrame, or a path for ``costtune.load_dataset``); ``gpu`` keeps
+    one GPU model's rows (needed where the dataset holds a workload from several).
 
     >>> import pandas as pd
     >>> from costtune import Config, Workload
@@ -35,20 +37,26 @@ class ReplayRunner:
     (0.012, 2)
     """
 
-    def __init__(self, dataset: pd.DataFrame | str | os.PathLike) -> None:
+    def __init__(self, dataset: pd.DataFrame | str | os.PathLike, *,
+                 gpu: str | None = None) -> None:
         if isinstance(dataset, pd.DataFrame):
             df = dataset.reset_index(drop=True)
         else:
-            from costtune.store.dataset import load_dataset
-
-            df = load_dataset(dataset)
+            df = _load(dataset, gpu)
         missing = [c for c in ("kernel", "workload", "dtype", "config", "status", "time_ms")
                    if c not in df.columns]
         if missing:
             raise ValueError(f"replay dataset lacks column(s) {missing}")
+        if gpu is not None and isinstance(dataset, pd.DataFrame):
+            df = _one_gpu(df, gpu)
         dup = df.duplicated(["workload", "config"])
         if dup.any():
             key = tuple(df.loc[dup.idxmax(), ["workload", "config"]])
+            gpus = sorted(df.loc[df["workload"] == key[0], "gpu"].dropna().astype(str).unique()
+                          ) if "gpu" in df.columns else []
+            if len(gpus) > 1:
+                raise ValueError(f"replay dataset holds workload {key[0]} from {len(gpus)} GPU "
+                                 f"models {gpus}: pass gpu= (the CLI's --gpu) to replay one")
             raise ValueError(f"replay dataset repeats (workload, config) {key}")
         self.data = df
         self.n_measured = 0  # configs asked for through measure(), found or not
@@ -152,6 +160,33 @@ class ReplayRunner:
             error="" if _isnull(rec.get("error")) else str(rec["error"]),
             extra=extra,
         )
+
+
+def _load(path: str | os.PathLike, gpu: str | None) -> pd.DataFrame:
+    """``load_dataset(path)``, only GPU model ``gpu``'s rows where given."""
+    from costtune.store.dataset import StoreWarning, load_dataset
+
+    if gpu is None:
+        return load_dataset(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoreWarning)  # replaced by the error below
+        df = load_dataset(path, gpu=gpu)
+    if df.empty:
+        _one_gpu(load_dataset(path), gpu)  # raises, naming the GPU models there are
+    return df
+
+
+def _one_gpu(df: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    """The rows of ``df`` measured on GPU model ``gpu``."""
+    if "gpu" not in df.columns:
+        raise ValueError(f"replay dataset has no gpu column to choose GPU {gpu!r} by (its rows "
+                         "are from one GPU model or name none)")
+    names = df["gpu"].map(lambda v: None if _isnull(v) else str(v))
+    keep = (names == gpu).to_numpy(dtype=bool)
+    if not keep.any():
+        known = sorted(names.dropna().unique())
+        raise ValueError(f"replay dataset has no rows for GPU {gpu!r}; it has {known}")
+    return df[keep].reset_index(drop=True)
 
 
 def problem_keys(kernel: str) -> tuple[str, ...]:

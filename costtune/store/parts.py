@@ -95,7 +95,8 @@ def gpu_keys(df: pd.DataFrame, default: Any) -> list[str]:
 
 def load_parts(parts: list[Path], *, dedupe: str | None, gpu: str | None = None,
                on_bad_part: str = "error", in_layout: bool = False) -> pd.DataFrame:
-    """The rows of ``parts`` as one table, one row per (GPU, workload, config)."""
+    """The rows of ``parts`` as one table, one row per (GPU, workload, config); rows from
+    several GPU models carry a ``gpu`` column (the model each part was measured on)."""
     if dedupe not in (None, "last"):
         raise ValueError(f"dedupe must be None or 'last', got {dedupe!r}")
     frames, keys, used, skipped = [], [], [], []
@@ -122,6 +123,8 @@ def load_parts(parts: list[Path], *, dedupe: str | None, gpu: str | None = None,
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
     key = pd.DataFrame({"gpu": np.concatenate(keys), "workload": df["workload"].to_numpy(),
                         "config": df["config"].to_numpy()})
+    if "gpu" not in df.columns and key["gpu"].nunique() > 1:
+        df = df.assign(gpu=key["gpu"].to_numpy())  # rows of several GPU models: say which
     dup = key.duplicated(keep=False).to_numpy()
     if dup.any():
         if dedupe == "last":
@@ -159,6 +162,8 @@ def _restore_int_columns(df: pd.DataFrame, frames: list[pd.DataFrame]) -> pd.Dat
     instead of the float/object pandas makes when another family lacks the column."""
     for col in df.columns:
         dtypes = [f[col].dtype for f in frames if col in f.columns]
+        if not dtypes:  # added here (the gpu column), in no part
+            continue
         if all(pd.api.types.is_bool_dtype(d) for d in dtypes):
             if not pd.api.types.is_bool_dtype(df[col].dtype):
                 df[col] = df[col].astype("boolean")
