@@ -71,6 +71,33 @@ def _driver(nvml_id: str) -> str | None:
     return version.decode() if isinstance(version, bytes) else str(version)
 
 
+def gpu_problem() -> str | None:
+    """Why no CUDA GPU can be used here, precisely (None when one can)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return f"torch {torch.__version__} is a CPU-only build (torch.version.cuda is None)"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and not visible.strip():
+        return "CUDA_VISIBLE_DEVICES is set but empty: no GPU is visible"
+    try:
+        torch.cuda.init()
+    except Exception as exc:
+        text = " ".join(str(exc).split())
+        return f"CUDA does not start ({type(exc).__name__}: {text})"
+    return (f"no CUDA GPU is visible (torch {torch.__version__} for CUDA {torch.version.cuda}; "
+            f"CUDA_VISIBLE_DEVICES={visible!r})")
+
+
+def require_gpu(what: str) -> None:
+    """Raise RuntimeError naming ``what`` and why, unless a CUDA GPU can be used here."""
+    problem = gpu_problem()
+    if problem is not None:
+        raise RuntimeError(f"{what} measures on a CUDA GPU and {problem}")
+
+
 def cpu_topology() -> dict[str, int]:
     """Usable logical CPUs and the distinct physical cores under them (Linux sysfs)."""
     cpus = sorted(os.sched_getaffinity(0))

@@ -135,7 +135,27 @@ def _fake_collect_workload(calls):
     return run
 
 
+def _as_if_a_gpu(monkeypatch) -> None:
+    """collect() checks for a GPU before any store work; these tests fake the measuring."""
+    import costtune.env
+
+    monkeypatch.setattr(costtune.env, "gpu_problem", lambda: None)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+def test_collect_and_the_gpu_runner_without_a_gpu_say_why_and_touch_nothing(tmp_path):
+    from costtune.measure.gpu import GpuRunner
+
+    ws = collect_mod.suite_workloads("softmax", "test", ["float16"])[:1]
+    with pytest.raises(RuntimeError, match="^collect measures on a CUDA GPU and "):
+        collect_mod.collect(ws, Store(tmp_path / "store"), max_configs=2)
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*"))
+    with pytest.raises(RuntimeError, match="^GpuRunner measures on a CUDA GPU and"):
+        GpuRunner()
+
+
 def test_collect_resumes_and_respects_the_budget(tmp_path, monkeypatch):
+    _as_if_a_gpu(monkeypatch)
     calls: list = []
     monkeypatch.setattr(local_mod, "collect_workload", _fake_collect_workload(calls))
     ws = collect_mod.suite_workloads("softmax", "test", ["float16"])[:3]
@@ -276,6 +296,7 @@ def test_a_second_collector_skips_what_the_first_is_measuring(tmp_path, monkeypa
     """Two collectors on one store: the second skips (reports busy) the workload the first
     holds, measures the rest; the first then finds those stored and does not measure them
     again. Every key is stored once."""
+    _as_if_a_gpu(monkeypatch)
     ws = collect_mod.suite_workloads("softmax", "test", ["float16"])[:3]
     calls: list = []
     fake = _fake_collect_workload(calls)

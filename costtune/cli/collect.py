@@ -8,8 +8,9 @@ from pathlib import Path
 
 import typer
 
-from costtune.cli.console import console, fail, gpu_problem, progress_printer
+from costtune.cli.console import console, fail, progress_printer
 from costtune.cli.inputs import check_kernel
+from costtune.env import gpu_problem
 
 
 def register(app: typer.Typer) -> None:

@@ -111,25 +111,6 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"warning: {one_line(message)}\n"
 
 
-def gpu_problem() -> str | None:
-    """Why no CUDA GPU can be used here, precisely (None when one can)."""
-    import torch
-
-    if torch.cuda.is_available():
-        return None
-    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
-        return f"torch {torch.__version__} is a CPU-only build (torch.version.cuda is None)"
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and not visible.strip():
-        return "CUDA_VISIBLE_DEVICES is set but empty: no GPU is visible"
-    try:
-        torch.cuda.init()
-    except Exception as exc:
-        return f"CUDA does not start ({describe(exc)})"
-    return (f"no CUDA GPU is visible (torch {torch.__version__} for CUDA {torch.version.cuda}; "
-            f"CUDA_VISIBLE_DEVICES={visible!r})")
-
-
 def progress_printer():
     """(progress display, update callback) for collectors: one bar per workload."""
     from rich.progress import (

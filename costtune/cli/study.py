@@ -14,7 +14,8 @@ from typing import Any
 
 import typer
 
-from costtune.cli.console import bar, describe, gpu_problem
+from costtune.cli.console import bar, describe
+from costtune.env import gpu_problem
 
 KERNELS = ("gemm", "softmax", "attention")
 

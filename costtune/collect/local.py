@@ -40,9 +40,10 @@ def collect(workloads: list[Workload], store, *, suite: str = "", max_configs: i
         return collect_dask(workloads, store, suite=suite, max_configs=max_configs, seed=seed,
                             reps=reps, gpus=list(gpus), time_budget_s=time_budget_s, meta=meta,
                             progress=progress, on_stored=on_stored)
-    from costtune.env import environment, sm_clock_mhz
+    from costtune.env import environment, require_gpu, sm_clock_mhz
     from costtune.measure.gpu import TIMING_METHOD
 
+    require_gpu("collect")  # before any claim or store work
     t0 = time.perf_counter()
     if gpus:
         import torch

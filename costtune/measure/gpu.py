@@ -263,6 +263,9 @@ class GpuRunner:
     """Runner interface over the GPU (same ``measure`` as ``ReplayRunner``)."""
 
     def __init__(self, *, reps: int = 10, workers: int | None = None, seed: int = 0) -> None:
+        from costtune.env import require_gpu
+
+        require_gpu("GpuRunner")
         self.reps = reps
         self.workers = workers
         self.seed = seed
