@@ -87,6 +87,16 @@ def test_unknown_options_raise(gemm, bad):
         CostModel(**FAST, **bad).fit(gemm)
 
 
+def test_rows_without_problem_sizes_are_refused(gemm):
+    # Rows stored before Store.append checked sizes (or built by hand) would give NaN features
+    # and a model fitted on them silently.
+    no_k = gemm.assign(K=np.where(np.arange(len(gemm)) == 3, np.nan, gemm["K"]))
+    with pytest.raises(ValueError, match=r"^row 3 \(workload .*problem field 'K' is nan"):
+        CostModel(**FAST).fit(no_k)
+    with pytest.raises(ValueError, match=r"gemm rows lack problem column\(s\) \['M'\]"):
+        CostModel(**FAST).fit(gemm.drop(columns=["M"]))
+
+
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_every_objective_predicts_higher_is_faster(gemm, objective):
     model = CostModel(objective=objective, n_estimators=40, max_depth=4).fit(gemm)

@@ -318,6 +318,10 @@ def test_append_checks_values_and_names_row_and_field(tmp_path):
         ({"status": "compile_error", "time_ms": -3.0}, "expected a finite time >= 0 or NaN"),
         ({"compile_s": "fast"}, "field 'compile_s' is 'fast' (str)"),
         ({"gpu": 7}, "field 'gpu' is 7.0 (float); expected a GPU name"),
+        # A suite family's rows carry its problem sizes (features are built from them).
+        ({"cols": None}, "problem field 'cols' is nan (float); expected an integer"),
+        ({"rows": 2.5}, "problem field 'rows' is 2.5 (float); expected an integer"),
+        ({"rows": "64"}, "problem field 'rows' is '64' (str); expected an integer"),
     ]
     for change, message in cases:
         rows = [dict(r) for r in good]
@@ -328,6 +332,20 @@ def test_append_checks_values_and_names_row_and_field(tmp_path):
         assert "\n" not in text and text.startswith("row 1 (workload "), text
         assert message in text, text
     assert store.parts() == []
+    no_sizes = [{k: v for k, v in r.items() if k != "cols"} for r in good]
+    with pytest.raises(ValueError, match=r"^softmax rows lack problem column\(s\) \['cols'\]"):
+        store.append(no_sizes, meta=META)
+    gemm = {"kernel": "gemm", "workload": "g", "dtype": "float16", "config": "c",
+            "status": "ok", "time_ms": 1.0}
+    with pytest.raises(ValueError, match=r"lack problem column\(s\) \['M', 'N', 'K'\]"):
+        store.append([gemm], meta=META)
+    assert store.parts() == []
+    # A user's kernel (a harvest) has no known problem columns: not checked.
+    store.append([{**gemm, "kernel": "my_matmul"}], meta=META)
+    store.append([{**gemm, "M": 64.0, "N": 64, "K": 64}], meta=META)  # a widened int column
+    assert len(store.parts()) == 2
+    for part in store.parts():
+        part.unlink()
     # Failed rows may carry a time (wrong_result) or none; numbers stay float columns.
     store.append([{**good[0], "status": "wrong_result", "time_ms": 0.3},
                   {**good[1], "status": "timeout", "time_ms": None}], meta=META)

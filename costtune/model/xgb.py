@@ -59,6 +59,7 @@ from costtune.model.files import (
 from costtune.model.files import model_paths as _model_paths
 from costtune.model.files import resolve as _resolve
 from costtune.model.forest import write_forest
+from costtune.store.checks import check_problem_sizes
 from costtune.types import Config
 
 OBJECTIVES = ("rank:pairwise", "rank:ndcg", "reg:logtime", "reg:relthroughput")
@@ -170,6 +171,7 @@ class CostModel(BaseEstimator):
                              " pass family='all' or one family's rows")
         if data.empty:
             raise ValueError(f"no rows to train on (family={self.family!r}, data has {kernels})")
+        check_problem_sizes(data)
         return data
 
     def _targets(self, data: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:

@@ -55,6 +55,7 @@ def check_rows(df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
         status = df["status"].iloc[unknown[0]]
         raise ValueError(f"{_where(df, unknown[0])}: field 'status' is {status!r}, not a storable"
                          f" status; expected one of {sorted(STORABLE_STATUS)}")
+    _check_problem(df, kernel)
     df = df.copy()
     for col in NUMBER_COLUMNS:
         if col in df.columns:
@@ -71,6 +72,37 @@ def check_rows(df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
             raise ValueError(f"{_where(df, bad[0])}: field 'gpu' is "
                              f"{_show(df['gpu'].iloc[bad[0]])}; expected a GPU name")
     return kernel, df
+
+
+def _check_problem(df: pd.DataFrame, kernel: str) -> None:
+    """Rows of a suite family carry its problem sizes (features and replay are built on them);
+    other kernels (a user's, harvested) are not checked."""
+    from costtune.kernels import PROBLEM_KEYS
+
+    keys = PROBLEM_KEYS.get(kernel, ())
+    missing = [k for k in keys if k not in df.columns]
+    if missing:
+        raise ValueError(f"{kernel} rows lack problem column(s) {missing} (a {kernel} row needs "
+                         f"{list(keys)})")
+    for key in keys:
+        bad = [i for i, v in enumerate(df[key]) if not _is_size(v)]
+        if bad:
+            raise ValueError(f"{_where(df, bad[0])}: problem field {key!r} is "
+                             f"{_show(df[key].iloc[bad[0]])}; expected an integer")
+
+
+def check_problem_sizes(df: pd.DataFrame) -> None:
+    """ValueError naming the first suite-family row without its problem sizes (rows stored
+    before ``Store.append`` checked them, or built by hand): features would be NaN."""
+    for kernel, part in df.groupby(df["kernel"].astype(str), sort=True):
+        _check_problem(part.reset_index(drop=True), str(kernel))
+
+
+def _is_size(value: Any) -> bool:
+    """An integer, a bool (attention's ``causal``) or an integral float (a widened column)."""
+    if isinstance(value, (numbers.Integral, bool, np.bool_)):
+        return True
+    return isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer()
 
 
 def _numbers(df: pd.DataFrame, col: str) -> pd.Series:
