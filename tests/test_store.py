@@ -485,3 +485,21 @@ def test_a_gpu_filter_matching_nothing_says_so():
         assert costtune.load_dataset(dataset, kernel="softmax", gpu="H200").empty
     assert any(issubclass(w.category, StoreWarning) and "'NVIDIA H200'" in str(w.message)
                for w in caught)
+
+
+def test_an_implementation_name_loads_its_rows_from_the_family(tmp_path):
+    store = Store(tmp_path)
+    one = Workload("softmax", {"rows": 64, "cols": 1000}, "float16",
+                   implementation="softmax_onepass")
+    store.append(softmax_rows(), meta=META)
+    store.append([Measurement(one, Config({}, num_warps=4, num_stages=1), Status.OK,
+                              time_ms=0.01).as_row()], meta=META)
+    for path in (tmp_path, tmp_path / "softmax"):
+        df = load_dataset(path, kernel="softmax_onepass")
+        assert list(df["workload"]) == [one.id] and set(df["implementation"]) == {
+            "softmax_onepass"}, path
+        assert len(load_dataset(path, kernel="softmax")) == 4  # the family: every implementation
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none stored yet: empty, and no warning
+        assert load_dataset(tmp_path, kernel="softmax_multirow").empty
+        assert load_dataset(tmp_path, kernel="gemm_tma").empty

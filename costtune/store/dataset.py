@@ -274,7 +274,8 @@ def load_dataset(path: str | os.PathLike, *, kernel: str | None = None,
                  dedupe: str | None = None, gpu: str | None = None,
                  on_bad_part: str = "error") -> pd.DataFrame:
     """Load a store root, one kernel folder, or one part file; one row per (GPU, workload,
-    config). ``gpu``: only rows of that GPU model; ``on_bad_part="skip"`` leaves unreadable
+    config). ``kernel``: one family's rows, or one implementation's (``"gemm_tma"``: the rows
+    of gemm whose ``implementation`` is gemm_tma). ``gpu``: only rows of that GPU model; ``on_bad_part="skip"`` leaves unreadable
     parts out (with a StoreWarning naming them). A missing path raises FileNotFoundError.
 
     >>> import costtune, tempfile
@@ -284,6 +285,10 @@ def load_dataset(path: str | os.PathLike, *, kernel: str | None = None,
     path = Path(path)
     if on_bad_part not in BAD_PART_OPTIONS:
         raise ValueError(f"on_bad_part must be one of {BAD_PART_OPTIONS}, got {on_bad_part!r}")
+    family = _family_holding(path, kernel)
+    if family is not None:  # an implementation's rows live in its family's folder
+        df = load_dataset(path, kernel=family, dedupe=dedupe, gpu=gpu, on_bad_part=on_bad_part)
+        return df[df["implementation"] == kernel].reset_index(drop=True) if len(df) else df
     if path.is_file():
         df = load_parts([path], dedupe=dedupe, gpu=gpu, on_bad_part=on_bad_part)
     elif path.is_dir():
@@ -307,6 +312,19 @@ def load_dataset(path: str | os.PathLike, *, kernel: str | None = None,
         warnings.warn(f"no rows measured on GPU {gpu!r} in {path} (the gpu column holds "
                       "full model names, e.g. 'NVIDIA H200')", StoreWarning, stacklevel=2)
     return df
+
+
+def _family_holding(path: Path, kernel: str | None) -> str | None:
+    """The family of ``kernel`` when it names one of the suite's implementations other than
+    the family's original (and no folder of ``path`` is named after it), else None."""
+    from costtune.kernels.base import IMPLEMENTATIONS, family_of
+
+    if kernel is None or kernel in IMPLEMENTATIONS or (path / kernel).is_dir():
+        return None
+    try:
+        return family_of(kernel)
+    except (KeyError, ValueError):
+        return None
 
 
 def _holds_rows(path: Path) -> bool:
