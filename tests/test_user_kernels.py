@@ -7,6 +7,8 @@ how a launch was read (issue 17)."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -742,6 +744,38 @@ def test_explain_cli_runs_a_script(tmp_path):
     missing = CliRunner().invoke(app, ["explain", str(script), "--model", "/no/such.json"])
     assert missing.exit_code == 2 and "--model /no/such.json: no model file" in missing.output
     assert "ran" not in missing.output  # checked before the script runs
+
+
+def test_explain_cli_runs_a_script_as_python_would(tmp_path):
+    """In a fresh process: the script sets TRITON_INTERPRET itself before importing triton (as
+    CPU scripts do; costtune must not import triton first) and imports a module beside it."""
+    (tmp_path / "mykernels.py").write_text(
+        "import triton, triton.language as tl\n"
+        "@triton.jit\n"
+        "def row_sum(X, Y, N, BLOCK_SIZE: tl.constexpr):\n"
+        "    row = tl.program_id(0)\n"
+        "    acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)\n"
+        "    for off in range(0, N, BLOCK_SIZE):\n"
+        "        cols = off + tl.arange(0, BLOCK_SIZE)\n"
+        "        acc += tl.load(X + row * N + cols, mask=cols < N, other=0.0)\n"
+        "    tl.store(Y + row, tl.sum(acc, axis=0))\n")
+    (tmp_path / "main.py").write_text(
+        "import os\n"
+        "os.environ['TRITON_INTERPRET'] = '1'\n"
+        "import torch, triton, costtune\n"
+        "from mykernels import row_sum\n"
+        "configs = [triton.Config({'BLOCK_SIZE': b}) for b in (64, 128)]\n"
+        "kernel = costtune.autotune(configs, key=['N'], top_k=1)(row_sum)\n"
+        "x, y = torch.randn(4, 300), torch.empty(4)\n"
+        "kernel[(4,)](x, y, 300)\n"
+        "print('right', torch.allclose(y, x.sum(1), atol=1e-4))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(COSTTUNE_HOME=str(tmp_path / "home"),
+               PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}")
+    res = subprocess.run([sys.executable, "-m", "costtune.cli", "explain", "main.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "right True" in res.stdout and "1 launch(es) explained" in res.stdout, res.stdout
 
 
 def test_h200_script_plans_and_runs_its_cpu_parts(tmp_path, capsys):

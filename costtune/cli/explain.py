@@ -39,12 +39,13 @@ def register(app: typer.Typer) -> None:
         if (model, top_k, family) != (None, None, None):
             prune = prune_configs_by(model or "h200", 8 if top_k is None else top_k,
                                      family=family, preload=False)
-        argv = sys.argv
+        argv, path = sys.argv, list(sys.path)
         sys.argv = [str(script), *ctx.args]
+        sys.path.insert(0, str(script.resolve().parent))  # as `python SCRIPT` does
         try:
             with explaining(prune=prune) as made:
                 runpy.run_path(str(script), run_name="__main__")
         finally:
-            sys.argv = argv
+            sys.argv, sys.path[:] = argv, path
         typer.echo(f"costtune explain: {len(made)} launch(es) explained")
 

@@ -275,8 +275,9 @@ def load_dataset(path: str | os.PathLike, *, kernel: str | None = None,
                  on_bad_part: str = "error") -> pd.DataFrame:
     """Load a store root, one kernel folder, or one part file; one row per (GPU, workload,
     config). ``kernel``: one family's rows, or one implementation's (``"gemm_tma"``: the rows
-    of gemm whose ``implementation`` is gemm_tma). ``gpu``: only rows of that GPU model; ``on_bad_part="skip"`` leaves unreadable
-    parts out (with a StoreWarning naming them). A missing path raises FileNotFoundError.
+    of gemm whose ``implementation`` is gemm_tma). ``gpu``: only rows of that GPU model;
+    ``on_bad_part="skip"`` leaves unreadable parts out (with a StoreWarning naming them). A
+    missing path raises FileNotFoundError.
 
     >>> import costtune, tempfile
     >>> costtune.load_dataset(tempfile.mkdtemp()).empty

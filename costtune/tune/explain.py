@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.abc
+import importlib.util
 import math
 import sys
 import warnings
@@ -150,32 +152,81 @@ def explain_call(tuner: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *,
 @contextlib.contextmanager
 def explaining(*, prune: Any = None, out: TextIO | None = None) -> Iterator[list[Explanation]]:
     """While inside, print an explanation before each autotuned kernel's first launch per
-    tuning key (then run it as usual); yields the list of explanations made."""
-    from triton.runtime.autotuner import Autotuner
-
-    original = Autotuner.run
+    tuning key (then run it as usual); yields the list of explanations made. Triton is not
+    imported here: a script that sets ``TRITON_INTERPRET`` before importing it (as scripts run
+    on a CPU do) must be the first to import it, so the autotuner is patched once it is."""
     made: list[Explanation] = []
     seen: set[tuple] = set()
+    patched: list[tuple[Any, Any]] = []
 
-    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        named = call_args(dict(zip(self.arg_names, args)), kwargs)
-        key = (id(self), *(repr(named.get(k)) for k in self.keys))
-        if key not in seen and len(self.configs) > 1:
-            seen.add(key)
-            try:
-                made.append(explain_call(self, args, kwargs, prune=prune))
-                made[-1].info.extend(_not_this_run(self, prune))
-                print(made[-1], file=out or sys.stdout)
-            except Exception as exc:  # explaining must not stop the program
-                print(f"costtune explain: {python_function(self).__name__}: not explained "
-                      f"({type(exc).__name__}: {exc})", file=out or sys.stdout)
-        return original(self, *args, **kwargs)
+    def patch(module: Any) -> None:
+        tuner_class = module.Autotuner
+        original = tuner_class.run
 
-    Autotuner.run = run
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            named = call_args(dict(zip(self.arg_names, args)), kwargs)
+            key = (id(self), *(repr(named.get(k)) for k in self.keys))
+            if key not in seen and len(self.configs) > 1:
+                seen.add(key)
+                try:
+                    made.append(explain_call(self, args, kwargs, prune=prune))
+                    made[-1].info.extend(_not_this_run(self, prune))
+                    print(made[-1], file=out or sys.stdout)
+                except Exception as exc:  # explaining must not stop the program
+                    print(f"costtune explain: {python_function(self).__name__}: not explained "
+                          f"({type(exc).__name__}: {exc})", file=out or sys.stdout)
+            return original(self, *args, **kwargs)
+
+        tuner_class.run = run
+        patched.append((tuner_class, original))
+
+    with after_import("triton.runtime.autotuner", patch):
+        try:
+            yield made
+        finally:
+            for tuner_class, original in patched:
+                tuner_class.run = original
+
+
+@contextlib.contextmanager
+def after_import(name: str, callback: Any) -> Iterator[None]:
+    """While inside, call ``callback(module)`` once module ``name`` is imported (at once if it
+    already is), without importing it."""
+    if name in sys.modules:
+        callback(sys.modules[name])
+        yield
+        return
+    finder = _AfterImport(name, callback)
+    sys.meta_path.insert(0, finder)
     try:
-        yield made
+        yield
     finally:
-        Autotuner.run = original
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the real loader of one module to call back after it ran."""
+
+    def __init__(self, name: str, callback: Any) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # once; and the lookup below must not find this finder
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+        callback = self.callback
+
+        def exec_module(module: Any) -> None:
+            run_module(module)
+            callback(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 def _not_this_run(tuner: Any, prune: Any) -> list[str]:
