@@ -138,6 +138,25 @@ def test_an_error_configs_across_the_list_share_reaches_the_user():
 
 
 @triton.jit
+def misshapen_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
+                     BK: tl.constexpr):
+    """Every config's bug, but its message names the config's tile ("... 32 and 16")."""
+    first_col = tl.load(x + tl.arange(0, 16) * k)  # bug: 16 rows where BM are meant
+    acc = tile_product(x, y, m, n, k, BM, BN, BK) + first_col[:, None]
+    store_tile(out, acc, m, n, BM, BN)
+
+
+def test_an_error_naming_each_configs_tile_is_still_one_error():
+    bench = Bench()
+    tuned = costtune.autotune(_configs(), key=["m", "n", "k"], top_k=2, family="gemm",
+                              problem=PROBLEM, params=PARAMS, range_margin=None,
+                              do_bench=bench, precompile=False)(misshapen_matmul)
+    with pytest.raises(Exception, match="incompatible dimensions"):
+        _launch(tuned)
+    assert 3 <= bench.calls < 8  # as one error: stopped before trying every config
+
+
+@triton.jit
 def narrow_k_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     tl.static_assert(BK < 64)  # one config's limit, not the kernel's bug
     masked_tile_matmul(x, y, out, m, n, k, BM, BN, BK)

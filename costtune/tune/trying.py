@@ -8,6 +8,7 @@ compile-time assertions, ptxas errors) never do."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,13 +23,14 @@ __all__ = ["SAME_ERROR_STOP", "Trying", "error_key", "kernel_error", "values_of"
 
 # Fewest configs failing with one error, none having run, before it is raised.
 SAME_ERROR_STOP = 3
+_NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")
 
 
 def error_key(exc: BaseException) -> tuple[str, str] | None:
-    """(type, message) of a failure that may be the kernel's or its call's; None for Triton's
-    per-config errors (OutOfResources, compile-time assertions, ptxas errors, anywhere in the
-    exception's chain), which Triton's own benchmark reads as one config's limits, and for
-    an error that cannot be printed."""
+    """(type, message without its numbers) of a failure that may be the kernel's or its call's;
+    None for Triton's per-config errors (OutOfResources, compile-time assertions, ptxas errors,
+    anywhere in the exception's chain), which Triton's own benchmark reads as one config's
+    limits, and for an error that cannot be printed."""
     from triton.compiler.errors import CompileTimeAssertionFailure
     from triton.runtime.errors import OutOfResources, PTXASError
 
@@ -38,9 +40,12 @@ def error_key(exc: BaseException) -> tuple[str, str] | None:
             return None
         link, seen = link.__cause__ or link.__context__, seen + 1
     try:
-        return type(exc).__name__, str(exc)
+        text = str(exc)
     except Exception:  # noqa: BLE001 - an unprintable error is no evidence
         return None
+    # Numbers out: one bug's message names each config's tile ("... 256 and 128", "... 512 and
+    # 128"). Exhaustive tuning raises at the first such error whatever the others say.
+    return type(exc).__name__, _NUMBER.sub("#", text)
 
 
 def values_of(config: Any) -> dict[str, Any]:
