@@ -437,6 +437,16 @@ def test_options_are_checked():
         costtune.prune_configs_by(family="gemm", params={"BM": "BLOCK_Q"})
     with pytest.raises(ValueError, match="top_k"):
         costtune.prune_configs_by(top_k=-1)
+    with pytest.raises(ValueError, match="top_k above 1 must be a whole count"):
+        costtune.autotune(SMALL, ["M"], top_k=2.5)
+    assert costtune.prune_configs_by(top_k=3.0)  # a whole float is a count
+    # dtype: a torch dtype or its name (aliases too), checked when decorating.
+    for given in (torch.float16, "float16", "half", "fp16", "torch.float16"):
+        hook = costtune.prune_configs_by(dtype=given)["early_config_prune"]
+        assert hook.spec.dtype == "float16", given
+    for bad in ("fp17", 16, ""):
+        with pytest.raises(ValueError, match="dtype must be a torch dtype or its name"):
+            costtune.autotune(SMALL, ["M"], dtype=bad)
 
 
 def test_bench_choice_sets_tritons_do_bench(model):

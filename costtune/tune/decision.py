@@ -60,6 +60,9 @@ def check_options(*, top_k: Any, shortlist: Any, widen: Any, range_margin: Any,
     """ValueError naming the first of ``prune_configs_by``'s options that is out of range."""
     if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or not top_k >= 0:
         raise ValueError(f"top_k must be a count or a fraction >= 0, got {top_k!r}")
+    if top_k > 1 and not float(top_k).is_integer():
+        raise ValueError(f"top_k above 1 must be a whole count (a float <= 1 is a fraction of "
+                         f"the list), got {top_k!r}")
     if int(shortlist) < 1:
         raise ValueError(f"shortlist must be >= 1, got {shortlist!r}")
     if stage1_weight is not None:

@@ -56,6 +56,29 @@ _INFER_ORDER = ("gemm", "attention", "softmax")
 _NOT_ARGS = ("grid", "warmup")
 
 
+_DTYPE_ALIASES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
+
+
+def dtype_name(value: Any) -> str:
+    """The torch name of a dtype given as ``torch.float16``, ``"float16"``, ``"half"`` or
+    ``"fp16"``; ValueError for anything else.
+
+    >>> dtype_name("half"), dtype_name("bf16")
+    ('float16', 'bfloat16')
+    """
+    import torch
+
+    dtype = value
+    if isinstance(value, str):
+        name = value.strip().removeprefix("torch.")
+        name = _DTYPE_ALIASES.get(name.lower(), name)
+        dtype = getattr(torch, name, None) if name.isidentifier() else None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"dtype must be a torch dtype or its name (e.g. torch.float16 or "
+                         f"'float16'), got {value!r}")
+    return str(dtype).removeprefix("torch.")
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """What the user told the hook: family, problem mapping, parameter renames, dtype, and
@@ -67,6 +90,10 @@ class LaunchSpec:
     params: Mapping[str, str] = field(default_factory=dict)
     dtype: str | None = None
     trust_family: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dtype is not None:  # a torch dtype or an alias, as its torch name
+            object.__setattr__(self, "dtype", dtype_name(self.dtype))
 
     def check(self) -> None:
         """ValueError for a mapping that names sizes or parameters the family does not have."""
