@@ -22,6 +22,7 @@ from triton.runtime.errors import InterpreterError, OutOfResources
 
 import costtune
 from costtune.model.xgb import CostModel
+from costtune.tune.decision import config_key
 from costtune.tune.guard import check_spec
 from costtune.types import Config, CosttuneWarning
 
@@ -347,6 +348,10 @@ def test_decision_records_what_was_replaced(model):
     last = tuner.early_config_prune.last
     assert set(last.replaced) == set(tuner.rejected) and last.replaced
     assert pd.Series(list(last.replaced)).str.contains(f"BN={bad}").all()
+    # kept: what was benchmarked and stood (the replacement), as under the plain hook.
+    assert last.k == 1 and len(last.kept) == 1 and last.kept[0] not in last.replaced
+    assert f"BN={bad}," not in last.kept[0]
+    assert last.kept[0] == config_key(tuner.best_config)
 
 
 @pytest.mark.gpu

@@ -39,7 +39,7 @@ from typing import Any
 
 from triton.runtime.autotuner import Autotuner
 
-from costtune.tune.decision import tuning_report, warn
+from costtune.tune.decision import config_key, tuning_report, warn
 from costtune.tune.feasibility import config_text
 from costtune.tune.guard import CheckSpec, OutputGuard
 from costtune.tune.ranks import check_ranks, choice, config_from, tuning_key, world
@@ -251,6 +251,10 @@ class SafeAutotuner(Trying, Autotuner):
         wrong = guard.judge() if guard is not None else {}
         good = [c for c in ran if config_text(c) not in wrong]
         self._report(ran if adaptive and ran else kept, failed, wrong, good)
+        decision = self._decision()
+        if good and self.rejected and not adaptive and decision is not None:
+            decision.kept = [config_key(c) for c in good]  # what was benchmarked and stood
+            decision.k = len(good)
         finite = [c for c in ran if guard is not None and guard.records.get(config_text(c))]
         return good or finite or ran or kept
 
