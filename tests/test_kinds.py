@@ -264,3 +264,20 @@ def test_what_must_not_raise_a_doubt():
               "scale_a_ptr": torch.empty(m, 1), "scale_b_ptr": torch.empty(1, 512),
               "c_ptr": torch.empty(m, 512).half()}
     assert "kind" not in _doubts(None, GEMM_CONFIGS, scaled, family="gemm")
+
+
+def test_operand_names_are_matched_whatever_their_case():
+    # fp16 A_ptr / B_ptr with an fp32 output, bias and scale: the dtype is A's, not the
+    # commonest; and where the dtype is read wrongly the warning says from where.
+    args = {"A_ptr": torch.empty(64, 64).half(), "B_ptr": torch.empty(64, 64).half(),
+            "C_ptr": torch.empty(64, 64), "bias_ptr": torch.empty(64),
+            "scale_ptr": torch.empty(1), "M": 64, "N": 64, "K": 64}
+    launch = describe(LaunchSpec(family="gemm"), GEMM_CONFIGS, args=args, kernel=_matmul_kernel)
+    assert (launch.dtype, launch.origin["dtype"]) == ("float16", "arg A_ptr")
+    assert launch.problem == {"M": 64, "N": 64, "K": 64}
+    fp32 = {**args, "A_ptr": args["C_ptr"], "B_ptr": args["C_ptr"]}
+    tuned = costtune.autotune(GEMM_CONFIGS, key=["M"], family="gemm")(_matmul_kernel)
+    hook = tuned.early_config_prune
+    with pytest.warns(costtune.CosttuneWarning,
+                      match=r"no float32 measurements \(read from arg A_ptr; pass dtype= if "):
+        hook(GEMM_CONFIGS, fp32)

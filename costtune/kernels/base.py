@@ -99,15 +99,25 @@ CODED_FLAGS: dict[str, dict[str, tuple[str, dict[int, int]]]] = {
     "attention": {"causal": ("STAGE", {1: 0, 3: 1})},
 }
 # The input operand whose dtype is the launch's (outputs or fp32 statistics may differ).
-INPUT_NAMES: dict[str, tuple[str, ...]] = {
-    "gemm": ("a", "a_ptr", "A", "a_desc", "desc_a", "arg_A", "x", "x_ptr"),
-    "softmax": ("x", "x_ptr", "X_ptr", "input_ptr", "inp_ptr", "in_ptr0", "X", "inp",
-                "input"),
-    "attention": ("q", "Q", "q_ptr", "Q_ptr", "query", "query_ptr", "desc_q", "q_desc"),
+class Names(tuple):
+    """Argument names matched without regard to case (``A_ptr`` is ``a_ptr``).
+
+    >>> "A_ptr" in Names(("a_ptr",)), "b" in Names(("a",))
+    (True, False)
+    """
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.casefold() in {n.casefold() for n in self}
+
+
+INPUT_NAMES: dict[str, Names] = {
+    "gemm": Names(("a", "a_ptr", "a_desc", "desc_a", "arg_A", "x", "x_ptr")),
+    "softmax": Names(("x", "x_ptr", "input_ptr", "inp_ptr", "in_ptr0", "inp", "input")),
+    "attention": Names(("q", "q_ptr", "query", "query_ptr", "desc_q", "q_desc")),
 }
 # A GEMM's second operand (K x N, or N x K for x @ w.t()), by the names kernels give it.
-GEMM_B_NAMES: tuple[str, ...] = ("b", "b_ptr", "B", "b_desc", "desc_b", "arg_B", "y", "y_ptr",
-                                 "w", "w_ptr", "W", "weight", "weight_ptr")
+GEMM_B_NAMES: Names = Names(("b", "b_ptr", "b_desc", "desc_b", "arg_B", "y", "y_ptr", "w",
+                             "w_ptr", "weight", "weight_ptr"))
 # Triton launch options besides num_warps / num_stages, with their neutral values.
 LAUNCH_OPTION_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None}
 # Config knobs that kernels tune and no family model has learned (its data holds none):

@@ -82,7 +82,7 @@ def _key_length(problem: Mapping[str, int], tensors: list) -> tuple[str, int] | 
     """(the keys' tensor, its length) where a keys tensor of the query's rank differs from
     the query's shape only where the query has S (a chunked prefill over a longer cache)."""
     ranked = {t[0]: t[1] for t in tensors}
-    q = next((ranked[n] for n in INPUT_NAMES["attention"] if n in ranked), None)
+    q = next((shape for n, shape in ranked.items() if n in INPUT_NAMES["attention"]), None)
     k = next(((n, ranked[n]) for n in KEY_NAMES if n in ranked), None)
     if q is None or k is None or len(k[1]) != len(q):
         return None

@@ -81,7 +81,10 @@ def concerns(model: Any, launch: Launch, *, range_margin: float | None) -> list[
                 out.append(("range", f"{launch.family} {key}={value} is far outside the "
                             f"trained range [{2 ** lo:g}, {2 ** hi:g}]"))
     if launch.dtype not in get_family(launch.family).DTYPES:
-        out.append(("dtype", f"{launch.family} data holds no {launch.dtype} measurements"))
+        origin = launch.origin.get("dtype", "")
+        hint = "" if origin == "dtype=" else f" (read from {origin}; pass dtype= if wrong)"
+        out.append(("dtype", f"{launch.family} data holds no {launch.dtype} measurements"
+                    + (hint if origin else "")))
     return out
 
 
