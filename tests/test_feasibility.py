@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 import triton
+import triton.language as tl
 from helpers import ours
 
 import costtune
@@ -318,6 +319,45 @@ def test_trained_values_of_other_rows_drive_the_kept_count():
     assert n == 3 and doubts and "BLOCK_M=256" in doubts[0][1]
     assert keep_untrained("gemm", cols, elems, [1, 2, 0, 3], k=2, cap=4,
                           trained=trained) == (2, [])
+
+
+@triton.jit
+def row_softmax(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
+                BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    x = tl.load(input_ptr + row * input_row_stride + cols, mask=cols < n_cols,
+                other=-float("inf"))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(output_ptr + row * output_row_stride + cols, e / tl.sum(e, axis=0),
+             mask=cols < n_cols)
+
+
+def test_tiles_far_larger_than_the_problem_never_crowd_out_trained_ones():
+    """A softmax list of 1024-8192 blocks at 1000 columns: the dataset never holds a block
+    over next_pow2(cols) there, and the model ranks the 4096/8192 ones first. They are
+    measured only besides the top_k best trained configs, with a warning saying why."""
+    configs = [triton.Config({"BLOCK_SIZE": b}, num_warps=w, num_stages=s)
+               for b in (1024, 2048, 4096, 8192) for w in (4, 8, 16) for s in (1, 2, 3)]
+    tuned = costtune.autotune(configs, key=["n_cols"], top_k=4, family="softmax",
+                              do_bench=lambda fn, quantiles=None, **kw: (fn(), [1.0] * 3)[1],
+                              precompile=False)(row_softmax)
+    x = torch.randn(8, 1000)
+    y = torch.empty_like(x)
+    with pytest.warns(costtune.CosttuneWarning, match=r"BLOCK_N=\d+ at cols=1000 \(trained "
+                                                      r"up to 1024\)"):
+        tuned[(8,)](y, x, x.stride(0), y.stride(0), 8, 1000)
+    torch.testing.assert_close(y, torch.softmax(x, 1))
+    last = tuned.early_config_prune.last
+    kept = [configs[i] for i in last.ranked[:last.k]]
+    assert sum(c.kwargs["BLOCK_SIZE"] == 1024 for c in kept) == 4 and last.k == 16
+    assert "config" in last.fallbacks
+    assert {c.kwargs["BLOCK_SIZE"] for c in kept} > {1024}  # the ones ranked first, measured
+    # At 8192 columns every block is trained-size: k = 4, no doubt.
+    x = torch.randn(2, 8192)
+    y = torch.empty_like(x)
+    tuned[(2,)](y, x, x.stride(0), y.stride(0), 2, 8192)
+    assert tuned.early_config_prune.last.k == 4
 
 
 def test_trained_values_file_matches_the_dataset():

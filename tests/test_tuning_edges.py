@@ -276,8 +276,9 @@ class _FakePrecompile:
     def __call__(self, batch, named_args, kwargs, family, outcomes=None, errors=None):
         self.batches.append(len(batch))
         outcomes.extend(["failed"] * len(batch))
-        for i, c in enumerate(batch):
-            errors[i] = TypeError("K is a float" if self.same else f"pass failed for {c}")
+        for i, _ in enumerate(batch):  # of its own: a message not only numbers apart
+            self.n = getattr(self, "n", 0) + 1
+            errors[i] = TypeError("K is a float" if self.same else f"pass {'x' * self.n} failed")
         return 0, len(batch)
 
 

@@ -268,7 +268,7 @@ class ConfigPruner:
         from costtune.features.source import attach_source
         from costtune.features.static import static_features_for
         from costtune.tune.ranking import score, uses_source
-        from costtune.tune.trained import keep_untrained
+        from costtune.tune.trained import keep_untrained, trusted_within
 
         n, keys = len(configs), self.config_keys(configs)
         live = [params[i] for i in alive]
@@ -294,13 +294,17 @@ class ConfigPruner:
         k = cap if doubts else k0  # a doubt on the whole launch widens every slot
         notes.extend(doubts)
 
-        def untrained(order: np.ndarray) -> tuple[int, list[tuple[str, str]]]:
+        def untrained(order: np.ndarray) -> tuple[np.ndarray, int, list[tuple[str, str]]]:
             if self.range_margin is None:  # config values never trained on
-                return k0, []
-            return keep_untrained(launch.family, {c: v[alive] for c, v in columns.items()},
-                                  features["elems_per_thread"].to_numpy(), order, k=k0, cap=cap)
+                return order, k0, []
+            got = ({c: v[alive] for c, v in columns.items()},
+                   features["elems_per_thread"].to_numpy())
+            order = trusted_within(launch.family, *got, order, k=k0, cap=cap,
+                                   problem=launch.problem)
+            return order, *keep_untrained(launch.family, *got, order, k=k0, cap=cap,
+                                          problem=launch.problem)
 
-        grown, doubt = untrained(sub_order)
+        sub_order, grown, doubt = untrained(sub_order)
         k = max(k, grown)
         notes.extend(doubt)
         order = alive[sub_order]
@@ -315,8 +319,9 @@ class ConfigPruner:
             if knobs:  # stage 2 scores variants alike too
                 sub_order = spread_order(sub_order, known_keys=[known[i] for i in alive],
                                          unknown_keys=[unknown[i] for i in alive])
+            sub_order, grown, _ = untrained(sub_order)
             order = alive[sub_order]
-            k = decision.k = max(k, untrained(sub_order)[0])  # the new order's trusted k
+            k = decision.k = max(k, grown)  # the new order's trusted k
         decision.kept = [keys[i] for i in order[:k]]
         return decision, order
 

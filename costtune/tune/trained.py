@@ -33,9 +33,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["build", "config_doubts", "keep_untrained", "load_trained", "unseen_values"]
+__all__ = ["build", "config_doubts", "keep_untrained", "load_trained", "trusted_within",
+           "unseen_values"]
 
 FILE_NAME = "trained_configs_h200.json"
+# Tile parameters and the problem size each tiles: a tile larger than the size and than any
+# trained at that size (or a smaller one) masks work no training row masked so much.
+TILE_SIZES = {"gemm": {"BLOCK_M": "M", "BLOCK_N": "N", "BLOCK_K": "K"},
+              "softmax": {"BLOCK_N": "cols", "ROWS_PER_PROG": "rows"},
+              "attention": {"BLOCK_M": "S", "BLOCK_N": "S"}}
 _DERIVED = ("elems_per_thread",)
 # Families whose stage-1 model learned every implementation (experiments/impl_descriptor.py).
 ALL_IMPLEMENTATIONS = ("softmax", "attention", "gemm")
@@ -52,11 +58,15 @@ def load_trained() -> dict[str, Any]:
 
 def unseen_values(family: str, columns: Mapping[str, Any], *,
                   elems_per_thread: Any = None, among: Sequence[int] | None = None,
-                  trained: Mapping[str, Any] | None = None) -> dict[int, str]:
+                  trained: Mapping[str, Any] | None = None,
+                  problem: Mapping[str, Any] | None = None) -> dict[int, str]:
     """{position: what the training data lacked} for the configs (``columns``: each config
     parameter as an array, one entry per config; ``among``: the positions to look at, default
     all) holding a value the family's training rows never had, e.g.
-    "BLOCK_M=512 (trained: 32, 64, 128, 256)". Empty for an unknown family."""
+    "BLOCK_M=512 (trained: 32, 64, 128, 256)", or, given the ``problem``, a tile larger than
+    the size and than any trained at a size this small ("BLOCK_N=8192 at cols=1000 (trained
+    up to 1024)").
+    Empty for an unknown family."""
     trained = load_trained() if trained is None else trained
     known = trained.get(family)
     n = len(next(iter(columns.values()))) if columns else 0
@@ -77,16 +87,47 @@ def unseen_values(family: str, columns: Mapping[str, Any], *,
         for j in np.flatnonzero(np.isfinite(e) & ((e < lo) | (e > hi))):
             parts.setdefault(int(picks[j]), []).append(
                 f"{e[j]:g} accumulator elements per thread (trained: {lo:g} to {hi:g})")
+    for name, (dim, most) in _tile_limits(family, known, problem).items():
+        if name in columns:
+            v = np.asarray(columns[name], dtype=float)[picks]
+            for j in np.flatnonzero(np.isfinite(v) & (v > most)):
+                parts.setdefault(int(picks[j]), []).append(
+                    f"{name}={v[j]:g} at {dim}={problem[dim]} (trained up to {most:g})")
     return {i: "; ".join(p) for i, p in sorted(parts.items())}
 
 
+def _tile_limits(family: str, known: Mapping[str, Any], problem: Mapping[str, Any] | None
+                 ) -> dict[str, tuple[str, float]]:
+    """{parameter: (its problem size, the largest value trusted there)}: a tile over both the
+    size (to the next power of two) and every value trained at that size or a smaller one
+    masks work no training row masked so much (below every trained size, the size range
+    doubt speaks too, and the smallest trained size's largest tile stands)."""
+    if not problem:
+        return {}
+    out = {}
+    for name, steps in known.get("tiles", {}).items():
+        dim = TILE_SIZES[family][name]
+        size = problem.get(dim)
+        if not steps or not isinstance(size, (int, np.integer)) or isinstance(size, bool) \
+                or size < 1:
+            continue
+        fits = [most for at, most in steps if at <= _next_pow2(int(size))] or [steps[0][1]]
+        out[name] = (dim, float(max(*fits, _next_pow2(int(size)))))
+    return out
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
 def config_doubts(family: str, columns: Mapping[str, Any], *, elems_per_thread: Any = None,
-                  among: Sequence[int] | None = None,
-                  trained: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+                  among: Sequence[int] | None = None, trained: Mapping[str, Any] | None = None,
+                  problem: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
     """[("config", message)] when a config (of ``among``, default all) holds a value the
-    training data never had; [] otherwise."""
+    training data never had (or a tile larger than trained at the ``problem``'s sizes); []
+    otherwise."""
     unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread, among=among,
-                           trained=trained)
+                           trained=trained, problem=problem)
     if not unseen:
         return []
     # Each value once, whichever configs hold it (configs share untrained values).
@@ -98,16 +139,17 @@ def config_doubts(family: str, columns: Mapping[str, Any], *, elems_per_thread: 
 
 def keep_untrained(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
                    order: Sequence[int], *, k: int, cap: int,
-                   trained: Mapping[str, Any] | None = None
+                   trained: Mapping[str, Any] | None = None,
+                   problem: Mapping[str, Any] | None = None
                    ) -> tuple[int, list[tuple[str, str]]]:
     """(how many of ``order`` (positions best first) to keep, the doubt to note): ``k`` when
     no config with untrained values ranks in the first ``k``; else enough that the ``k``
     best-ranked configs with trained values are kept and, besides them, every untrained one
     ranked above the last of them (the model cannot be trusted on those either way, so they
     are measured), at most ``cap``. ``trained``: as from ``trained_from_rows`` (default: the
-    shipped file's)."""
+    shipped file's). ``problem``: the launch's sizes, for tiles larger than trained there."""
     unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread,
-                           trained=trained)
+                           trained=trained, problem=problem)
     if not unseen or not any(int(j) in unseen for j in order[:k]):
         return k, []
     trusted, grown = 0, cap
@@ -117,7 +159,32 @@ def keep_untrained(family: str, columns: Mapping[str, Any], elems_per_thread: An
             grown = pos + 1
             break
     return grown, config_doubts(family, columns, elems_per_thread=elems_per_thread,
-                                among=order[:grown], trained=trained)
+                                among=order[:grown], trained=trained, problem=problem)
+
+
+def trusted_within(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
+                   order: Sequence[int], *, k: int, cap: int,
+                   trained: Mapping[str, Any] | None = None,
+                   problem: Mapping[str, Any] | None = None) -> np.ndarray:
+    """``order`` (positions best first) with its ``k`` best-ranked configs of trained values
+    moved up, where needed, into the first ``cap``: untrained configs ranked above them keep
+    their order and the places left, so the cap on untrained configs never crowds out every
+    config the model can be trusted on. Unchanged when they already lie within it.
+
+    >>> trusted_within("gemm", {"BLOCK_M": [512, 512, 512, 64]}, None, [0, 1, 2, 3], k=1,
+    ...                cap=2).tolist()
+    [0, 3, 1, 2]
+    """
+    order = np.asarray(order, dtype=int)
+    unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread,
+                           trained=trained, problem=problem)
+    trusted = [int(j) for j in order if int(j) not in unseen][:k]
+    if not unseen or set(trusted) <= {int(j) for j in order[:cap]}:
+        return order
+    others = [int(j) for j in order[:cap] if int(j) in unseen][:max(0, cap - len(trusted))]
+    first = {*trusted, *others}
+    return np.array([j for j in order if int(j) in first]
+                    + [j for j in order if int(j) not in first], dtype=int)
 
 
 def build(dataset: str | Path) -> dict[str, Any]:
@@ -152,7 +219,15 @@ def trained_from_rows(rows: Any, family: str) -> dict[str, Any]:
     values = {n: sorted(int(v) for v in rows[n].dropna().unique()) for n in names if n in rows}
     feats = static_features(rows)
     ranges = {c: [float(feats[c].min()), float(feats[c].max())] for c in _DERIVED}
-    return {family: {"values": values, "ranges": ranges, "rows": int(len(rows))}}
+    tiles = {}
+    for name, dim in TILE_SIZES[family].items():
+        if name in rows and dim in rows:
+            both = rows[[name, dim]].dropna().astype(int)
+            at = both[dim].map(_next_pow2)
+            most = both[name].groupby(at).max().sort_index().cummax()
+            tiles[name] = [[int(a), int(m)] for a, m in most.items()]
+    return {family: {"values": values, "ranges": ranges, "tiles": tiles,
+                     "rows": int(len(rows))}}
 
 
 def _git_commit() -> str:
