@@ -360,6 +360,18 @@ def test_tiles_far_larger_than_the_problem_never_crowd_out_trained_ones():
     assert tuned.early_config_prune.last.k == 4
 
 
+def test_a_costtune_kernels_pruner_called_directly_reads_its_kernel():
+    """As the docs' "See what it decided" calls it: without a launch (no Triton frame up the
+    stack), the pruner still knows its kernel, so the softmax model reads its source."""
+    configs = [triton.Config({"BLOCK_SIZE": 1024}, num_warps=w, num_stages=s)
+               for w in (1, 2, 4, 8) for s in (1, 3)]
+    tuned = costtune.autotune(configs, key=["n_cols"], top_k=2)(row_softmax)
+    x = torch.empty(4096, 1000, device="meta")
+    named = dict(zip(row_softmax.arg_names, [x, x, 1000, 1000, 4096, 1000]))
+    kept = tuned.early_config_prune(configs, named, grid=(4096,), warmup=False)
+    assert len(kept) == 2 and tuned.early_config_prune.last.fallbacks == []
+
+
 def test_trained_values_file_matches_the_dataset():
     """The shipped file is what its generator computes from the dataset."""
     assert build(DATASET) == load_trained()
