@@ -254,6 +254,58 @@ def test_a_process_forked_during_an_update_learns_on_its_own(home):
     assert "CHILD 0 PARENT 1" in out.stdout
 
 
+_FORK_AT_ONCE = """
+import importlib.abc, importlib.machinery, os, sys, threading, time
+import torch
+torch.set_num_threads(1)
+from learning_helpers import StepBench, run, tuner
+SLOW, started = "costtune.model.learned", threading.Event()
+class Slow(importlib.abc.MetaPathFinder):  # that module takes a second to import
+    def find_spec(self, name, path, target=None):
+        if name != SLOW:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run_module = spec.loader.exec_module
+        def exec_module(module):
+            started.set()
+            time.sleep(1.0)
+            run_module(module)
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, Slow())
+assert SLOW not in sys.modules
+t = run(tuner(StepBench(), learn=True))  # the update's imports now run in a thread
+assert started.wait(120)
+pid = os.fork()  # while that thread imports it
+if pid == 0:
+    code = 1
+    try:
+        run(t, 64, 64, 64)
+        waiter = threading.Thread(target=t.learner.wait, daemon=True)
+        waiter.start()
+        waiter.join(500)
+        code = 2 if waiter.is_alive() else 0 if len(t.learner._updated) == 1 else 3
+    finally:
+        os._exit(code)
+_, status = os.waitpid(pid, 0)
+t.learner.wait()
+print("CHILD", os.waitstatus_to_exitcode(status), "PARENT", len(t.learner.updated))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_process_forked_while_the_update_imports_learns_on_its_own(home):
+    """Forked while the parent's update thread imports its modules (a multiprocessing pool
+    started right after a tuning): the child neither hangs on a module lock that thread held
+    nor meets a half-initialised module; the fork waits for the imports."""
+    env = {**os.environ, "COSTTUNE_HOME": str(home / "fork"), "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    out = subprocess.run([sys.executable, "-c", _FORK_AT_ONCE], env=env, capture_output=True,
+                         text=True, timeout=800)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "CHILD 0 PARENT 1" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
 def test_learning_runs_beside_the_program_and_no_tuning_waits(home, monkeypatch):
     """The update runs in a thread and nothing waits for it but the process's exit: a tuning
     made while it runs ranks with the model learned before (here the shipped one), the rows of

@@ -212,9 +212,13 @@ def _import_exit_hooks() -> None:
     """The modules an update imports that register an exit hook with threading
     (concurrent.futures, which xgboost and pyarrow import), imported here, on the tuning's
     thread: imported by the update thread after a script's last line, they raise "can't
-    register atexit after shutdown" and the update is lost."""
+    register atexit after shutdown" and the update is lost. And filelock's lock classes
+    (``store.locks``): filelock holds their creation while the process forks, so a
+    background import of them would stall a fork that waits for it (``preload``)."""
     import concurrent.futures.process  # noqa: F401
     import concurrent.futures.thread  # noqa: F401
+
+    import costtune.store.locks  # noqa: F401
 
 
 def _import_all() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 from costtune.kernels import FAMILIES
@@ -23,6 +24,7 @@ _STARTED: set[tuple] = set()
 _STARTED_LOCK = threading.Lock()
 _RUNNING: list[threading.Thread] = []
 WAIT_S = 120.0  # a preload slower than this (a stalled file system) is not waited for
+FORK_WAIT_S = 30.0  # a fork waits this long at most for the imports in flight
 
 
 def _after_fork_in_child() -> None:
@@ -34,8 +36,20 @@ def _after_fork_in_child() -> None:
     _RUNNING.clear()
 
 
+def _before_fork() -> None:
+    # A thread importing when the process forks leaves the child a module lock held for ever
+    # (its next import of that module hangs) or a half-initialised module: let the imports
+    # this module started finish first (a second or two; bounded, so a fork never hangs).
+    me = threading.current_thread()
+    with _STARTED_LOCK:
+        running = [t for t in _RUNNING if t.is_alive() and t is not me]
+    deadline = time.monotonic() + FORK_WAIT_S
+    for thread in running:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def preload(model: Any, family: str | None, *, two_stage: bool = False,
