@@ -306,6 +306,32 @@ def test_a_process_forked_while_the_update_imports_learns_on_its_own(home):
     assert "CHILD 0 PARENT 1" in out.stdout, out.stdout + out.stderr[-2000:]
 
 
+_AFTER_MAIN = """
+import sys, threading, time
+from learning_helpers import StepBench, run, tuner
+t = tuner(StepBench(), learn=True)
+def worker():
+    time.sleep(1.0)  # the main thread has finished: the interpreter is shutting down
+    try:
+        run(t)
+        print("TUNED", t.learner.skipped, flush=True)
+    except Exception as exc:
+        print("RAISED", type(exc).__name__, exc, flush=True)
+threading.Thread(target=worker).start()
+"""
+
+
+def test_a_tuning_after_the_main_thread_ended_tunes_and_says_it_did_not_learn(home):
+    """A worker thread tuning after the script's last line (a server thread): the call tunes;
+    learning, which cannot start at the interpreter's shutdown, is skipped with a warning."""
+    env = {**os.environ, "COSTTUNE_HOME": str(home / "late"), "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    out = subprocess.run([sys.executable, "-c", _AFTER_MAIN], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and "TUNED" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "after shutdown" in out.stdout and "was not updated" in out.stderr
+
+
 def test_learning_runs_beside_the_program_and_no_tuning_waits(home, monkeypatch):
     """The update runs in a thread and nothing waits for it but the process's exit: a tuning
     made while it runs ranks with the model learned before (here the shipped one), the rows of

@@ -170,23 +170,19 @@ class Learner:
             stage2 = self._stage2_rows(tuner, args, kwargs, rows)
             if stage2 is not None:
                 jobs.append((self.folder() / STAGE2, *stage2))
+            _import_exit_hooks()
         except Exception as exc:  # learning only helps later calls; never break this one
-            self._failed(exc)
+            self._failed(exc)  # also a tuning after the interpreter began shutting down
             return
-        _import_exit_hooks()
         key = (self.name, self.hash)
         with _PENDING_LOCK:
             _QUEUED.setdefault(key, []).append((self, jobs, family))
             if key not in _PENDING:
-                from costtune.tune.preload import background
-
-                imports = background(_import_update_modules, "costtune-learn-imports")
-                # Not a daemon: a process that ends right after tuning still writes what it
-                # learned.
-                thread = threading.Thread(target=_drain, args=(key, imports),
-                                          name=f"{LEARN_THREAD}{self.name}")
-                _PENDING[key] = thread
-                thread.start()
+                try:
+                    _start_update(key, self.name)
+                except RuntimeError as exc:  # no new thread at the interpreter's shutdown
+                    _QUEUED.pop(key, None)
+                    self._failed(exc)
 
     def _failed(self, exc: Exception) -> None:
         from costtune.tune.decision import warn
@@ -194,6 +190,17 @@ class Learner:
         self._skipped.append(f"{type(exc).__name__}: {exc}")
         warn(f"costtune: the per-kernel model of {self.name} was not updated "
              f"({type(exc).__name__}: {exc})")
+
+
+def _start_update(key: tuple[str, str], name: str) -> None:
+    """Start the kernel's update thread (``_PENDING_LOCK`` held)."""
+    from costtune.tune.preload import background
+
+    imports = background(_import_update_modules, "costtune-learn-imports")
+    # Not a daemon: a process that ends right after tuning still writes what it learned.
+    thread = threading.Thread(target=_drain, args=(key, imports), name=f"{LEARN_THREAD}{name}")
+    _PENDING[key] = thread
+    thread.start()
 
 
 def _import_update_modules() -> None:
