@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -145,6 +146,18 @@ def test_stale_or_missing_forest_falls_back_to_cost_model(tmp_path):
     forest_path(path).unlink()
     with pytest.raises(ForestUnavailable, match="no forest file"):
         CompactModel.load(path)
+    # A cut-short forest (a killed write, a partial copy) is unavailable, not a broken model:
+    # the booster pair still ranks, and the file is named.
+    Forest.load(forest_path(_copy_shipped("h200_gemm", tmp_path, "whole")))
+    whole = forest_path(tmp_path / "whole.json").read_bytes()
+    forest_path(path).write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ForestUnavailable, match=r"m\.forest\.npz: not a readable forest file "
+                                                r"\(BadZipFile"):
+        CompactModel.load(path)
+    os.utime(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)  # the broken file is closed
+        assert isinstance(registry.load_noted(path, "gemm", compact=True)[0], CostModel)
 
 
 def test_compact_load_for_prefers_the_family_file(tmp_path, monkeypatch):

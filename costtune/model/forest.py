@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -215,7 +216,8 @@ class Forest:
     def load(cls, path: str | os.PathLike) -> Forest:
         """A saved forest; ValueError for another format version or a broken file."""
         try:
-            with np.load(path, allow_pickle=False) as data:
+            # The file opened here, so a broken one is closed too (np.load would leave it).
+            with open(path, "rb") as file, np.load(file, allow_pickle=False) as data:
                 version = int(data["format_version"])
                 if version != FORMAT_VERSION:
                     raise ValueError(f"{path}: forest format {version}, this code reads "
@@ -223,8 +225,9 @@ class Forest:
                 return cls(**{k: data[k] for k in _ARRAYS}, depth=int(data["depth"]),
                            n_features=int(data["n_features"]),
                            booster_sha256=str(data["booster_sha256"]))
-        except (KeyError, OSError, EOFError) as exc:
-            raise ValueError(f"{path}: not a readable forest file ({exc})") from exc
+        except (KeyError, OSError, EOFError, zipfile.BadZipFile) as exc:  # a cut-short file
+            raise ValueError(f"{path}: not a readable forest file ({type(exc).__name__}: "
+                             f"{exc})") from exc
 
 
 def _tree_arrays(tree: dict[str, Any], offset: int) -> tuple[dict[str, np.ndarray], int]:
