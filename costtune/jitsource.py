@@ -4,9 +4,12 @@ heuristics, JIT or interpreted functions (read by ``tune.kind`` and ``features.s
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
-__all__ = ["jit_level", "python_function", "source_text"]
+__all__ = ["jit_level", "python_function", "source_text", "source_with_helpers"]
+
+_WORD = re.compile(r"[A-Za-z_]\w*")
 
 
 def python_function(kernel: Any) -> Any:
@@ -42,3 +45,20 @@ def source_text(obj: Any) -> str:
         return inspect.getsource(fn) if fn is not None else ""
     except (OSError, TypeError):
         return ""
+
+
+def source_with_helpers(obj: Any, *, depth: int) -> str:
+    """``source_text(obj)`` and, ``depth`` levels down, that of the JIT functions it names
+    (helpers in its module's globals)."""
+    text = source_text(obj)
+    if not text or depth <= 0:
+        return text
+    found = [text]
+    fn = python_function(obj)
+    scope = getattr(fn, "__globals__", {})
+    for word in dict.fromkeys(_WORD.findall(text)):
+        helper = scope.get(word) if word in scope else None
+        if (helper is not None and hasattr(helper, "fn") and python_function(helper) is not None
+                and python_function(helper) is not fn):
+            found.append(source_with_helpers(jit_level(helper), depth=depth - 1))
+    return "\n".join(found)

@@ -106,3 +106,47 @@ def test_harvest_options_are_checked_when_it_starts(meta, word, tmp_path):
 
     assert Autotuner.run.__name__ == "run" and "harvest" not in Autotuner.run.__module__
     assert triton is not None
+
+
+HELPED = '''
+import triton
+import triton.language as tl
+
+@triton.jit
+def scale(v):
+    return v * {scale}
+
+@triton.jit
+def row_scale(x, y, cols, BLOCK_N: tl.constexpr):
+    offs = tl.arange(0, BLOCK_N)
+    v = tl.load(x + tl.program_id(0) * cols + offs, offs < cols, 0.0)
+    tl.store(y + tl.program_id(0) * cols + offs, scale(v), offs < cols)
+'''
+
+
+def test_an_edited_jit_helper_is_an_edited_kernel(tmp_path, monkeypatch):
+    """The kernel's source hash (its learned folder, its harvested workloads) covers the JIT
+    helpers it calls, as Triton's cache key does; a kernel without helpers hashes its own
+    source alone, as before; kernels built by exec without a source differ by their code."""
+    import hashlib
+
+    from costtune.jitsource import source_text
+    from costtune.tune.harvest import source_hash
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hashes = []
+    for i, factor in enumerate((2.0, 3.0)):  # the helper edited, the kernel's text the same
+        (tmp_path / f"helped{i}.py").write_text(HELPED.format(scale=factor))
+        kernel = importlib.import_module(f"helped{i}").row_scale
+        hashes.append(source_hash(kernel))
+        assert source_hash(kernel) != hashlib.sha256(source_text(kernel).encode()).hexdigest()
+    assert hashes[0] != hashes[1]
+    (tmp_path / "plain_kernel.py").write_text(KERNEL.format(scale=2.0))
+    plain = importlib.import_module("plain_kernel").row_scale
+    assert source_hash(plain) == hashlib.sha256(source_text(plain.fn).encode()).hexdigest()
+    made = []
+    for body in ("v * 2.0", "v + 1.0"):  # no file, no linecache: names alike, code not
+        scope: dict = {}
+        exec(f"def row_scale(v):\n    return {body}\n", scope)
+        made.append(source_hash(scope["row_scale"]))
+    assert made[0] != made[1]

@@ -59,6 +59,7 @@ TIMING_NOTE = ("triton.autotune do_bench (or the tuner's own do_bench); outputs 
                "against a reference")
 LOCK_WAIT_S = 5.0  # a tuning call waits this long for another writer's lock at most
 CLOSE_WAIT_S = 60.0  # leaving the harvest: for the rows kept back
+SOURCE_DEPTH = 3  # helper levels of a kernel's source hash (helpers of helpers of helpers)
 _ACTIVE: list[Harvester] = []
 _ORIGINAL_RUN: Any = None
 
@@ -275,14 +276,18 @@ def tuning_rows(tuner: Any, args: tuple, *, kwargs: dict[str, Any],
 
 def source_hash(fn: Any) -> str:
     """SHA-256 of the source Triton compiles of a kernel (``jitsource.source_text``: a
-    JITFunction's ``src``, else the Python function's source), else of its name."""
-    from costtune.jitsource import jit_level, source_text
+    JITFunction's ``src``, else the Python function's source) and of the JIT helpers it calls
+    by name (an edited helper is an edited kernel, as in Triton's own cache key); without a
+    readable source, of its name and compiled code."""
+    from costtune.jitsource import jit_level, python_function, source_with_helpers
 
     obj = jit_level(fn)
-    src = source_text(obj) if obj is not None else ""
+    src = source_with_helpers(obj, depth=SOURCE_DEPTH) if obj is not None else ""
     if not src:
         target = getattr(obj, "fn", obj) if obj is not None else fn
-        src = getattr(target, "__qualname__", repr(target))
+        code = getattr(python_function(fn), "__code__", None)
+        src = getattr(target, "__qualname__", repr(target)) + (
+            repr((code.co_code, code.co_consts, code.co_names)) if code is not None else "")
     return hashlib.sha256(str(src).encode()).hexdigest()
 
 

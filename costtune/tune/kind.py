@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from costtune.jitsource import jit_level, python_function, source_text
+from costtune.jitsource import jit_level, python_function, source_with_helpers
 from costtune.kernels.base import (
     GRADIENT_ARGS,
     NAME_PATTERNS,
@@ -33,7 +33,6 @@ from costtune.kernels.base import (
 )
 
 _OPS = {op: re.compile(p) for op, p in SOURCE_OPS.items()}
-_WORD = re.compile(r"[A-Za-z_]\w*")
 # ``R0_BLOCK: tl.constexpr = 1024``: Inductor's persistent reductions fix their block inside.
 _CONSTANT = re.compile(r"^\s*(\w+)\s*:\s*(?:tl|triton\.language)\.constexpr\s*=\s*(\d+)\s*$",
                        re.MULTILINE)
@@ -197,20 +196,8 @@ def _source_has(kernel: Any, pattern: str) -> bool | None:
 
 
 def _source(obj: Any, *, depth: int) -> str:
-    """The function's source (``source_text``) and, ``depth`` levels down, that of the JIT
-    functions it names."""
-    text = source_text(obj)
-    if not text or depth <= 0:
-        return text
-    found = [text]
-    fn = python_function(obj)
-    scope = getattr(fn, "__globals__", {})
-    for word in dict.fromkeys(_WORD.findall(text)):
-        helper = scope.get(word) if word in scope else None
-        if (helper is not None and hasattr(helper, "fn") and python_function(helper) is not None
-                and python_function(helper) is not fn):
-            found.append(_source(jit_level(helper), depth=depth - 1))
-    return "\n".join(found)
+    """The function's source and, ``depth`` levels down, that of the JIT functions it names."""
+    return source_with_helpers(obj, depth=depth)
 
 
 def calling_tuner(max_depth: int = 8) -> Any:
