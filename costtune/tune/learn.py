@@ -5,8 +5,8 @@ update the kernel's own model (``costtune.model.learned``: the model the pruner 
 refitted on its training table plus every row this kernel ever harvested on this GPU model,
 or, for a model without a table, continued on those rows), keyed by the kernel's function
 name, a hash of its source and its JIT helpers' (an edited kernel or helper starts afresh)
-and the GPU's name. Later tuning calls of the same kernel, in this process or a new one, rank with it (the
-pruner loads it through ``costtune.model.registry``). A kernel that does not read as a family
+and the GPU's name. Later tuning calls of the same kernel, in this process or a new one,
+rank with it (the pruner loads it through ``costtune.model.registry``). A kernel that does not read as a family
 (no features to learn from) is not learned; the reason is kept in ``Learner.skipped``.
 
 >>> import costtune, triton
