@@ -6,8 +6,9 @@ refitted on its training table plus every row this kernel ever harvested on this
 or, for a model without a table, continued on those rows), keyed by the kernel's function
 name, a hash of its source and its JIT helpers' (an edited kernel or helper starts afresh)
 and the GPU's name. Later tuning calls of the same kernel, in this process or a new one,
-rank with it (the pruner loads it through ``costtune.model.registry``). A kernel that does not read as a family
-(no features to learn from) is not learned; the reason is kept in ``Learner.skipped``.
+rank with it (the pruner loads it through ``costtune.model.registry``). A kernel that does
+not read as a family (no features to learn from) is not learned; the reason is kept in
+``Learner.skipped``.
 
 >>> import costtune, triton
 >>> @costtune.autotune(configs=[triton.Config({"BLOCK_N": 1024})], key=["rows", "cols"],
