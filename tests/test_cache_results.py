@@ -263,3 +263,42 @@ def test_a_cached_choice_is_checked_when_check_is_on(tmp_path):
     assert unchecked["calls"] == 3 and unchecked["bug"] == 1 and not unchecked["right"]
     assert checked["calls"] == 0 and checked["bug"] == 0 and checked["right"]
     assert len(checked["rejected"]) == 1
+
+
+def test_kept_list_key_covers_the_heuristics_under_the_autotuner(monkeypatch):
+    """A ``triton.heuristics`` rule under the autotuner sets values the pruner ranks with, and
+    Triton's own key hashes none of it: an edited rule (its code, or a value it closes over)
+    is another key."""
+    import hashlib
+    import inspect
+    from types import SimpleNamespace
+
+    import torch
+    import triton.runtime.autotuner as autotuner
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from costtune.tune.kept_cache import key_for
+
+    target = GPUTarget("cuda", 90, 32)
+    monkeypatch.setattr(autotuner, "driver", SimpleNamespace(active=SimpleNamespace(
+        get_current_target=lambda: target)))
+    monkeypatch.setattr(autotuner, "JITFunction", InterpretedFunction)
+    monkeypatch.setattr(InterpretedFunction, "cache_key", property(
+        lambda self: hashlib.sha256(inspect.getsource(self.fn).encode()).hexdigest()),
+        raising=False)
+
+    def key(rule):
+        fn = triton.heuristics({"EVEN_K": rule})(_cached_matmul)
+        tuner = costtune.autotune(CONFIGS, key=["m", "n", "k"], top_k=2, family="gemm",
+                                  cache_results=True)(fn)
+        x = torch.empty(16, 256)
+        tuner.nargs = dict(zip(tuner.arg_names, (x, x, x, 16, 128, 256)))
+        return key_for(tuner, {})
+
+    def factory(value):
+        return lambda args: value
+
+    keys = [key(lambda args: 32), key(lambda args: 64), key(factory(32)), key(factory(64))]
+    assert None not in keys and len(set(keys)) == 4
+    assert key(factory(32)) == keys[2]  # the same rule: the same key

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -73,7 +74,7 @@ def key_for(tuner: Any, kwargs: dict[str, Any]) -> str | None:
     try:
         parts = [FORMAT, *_triton_parts(tuner), str(tuned), str(list(tuner.keys)),
                  *[str(c) for c in tuner.configs], _pruner_part(tuner.early_config_prune),
-                 _call_part(tuner, kwargs), _code_stamp(), _gpu()]
+                 _call_part(tuner, kwargs), _rules_part(tuner), _code_stamp(), _gpu()]
     except Exception:  # e.g. no GPU target: prune as without this cache
         return None
     return hashlib.sha256("-".join(parts).encode("utf-8")).hexdigest()
@@ -174,6 +175,34 @@ def _triton_parts(tuner: Any) -> list[str]:
     return [autotuner.triton_key(),
             make_backend(autotuner.driver.active.get_current_target()).hash(),
             fn.cache_key, fn.__name__, str(sorted(env_vars.items()))]
+
+
+def _rules_part(tuner: Any) -> str:
+    """The ``triton.heuristics`` rules under the autotuner (they set values the pruner ranks
+    with, and Triton's own key hashes none of them): each rule's name, source, code, closure
+    values and defaults."""
+    from costtune.tune.kind import heuristic_rules
+
+    out = []
+    for name, rule in heuristic_rules(tuner.fn):
+        code = getattr(rule, "__code__", None)
+        try:
+            text = inspect.getsource(rule)
+        except (OSError, TypeError):
+            text = ""
+        cells = [_cell(c) for c in getattr(rule, "__closure__", None) or ()]
+        out.append((name, text, repr((code.co_code, code.co_consts, code.co_names))
+                    if code is not None else repr(rule), cells,
+                    repr(getattr(rule, "__defaults__", None))))
+    return repr(out)
+
+
+def _cell(cell: Any) -> str:
+    """A closure cell's value as text (a rule built in a loop or a factory reads one)."""
+    try:
+        return repr(cell.cell_contents)
+    except ValueError:  # an empty cell
+        return "<empty>"
 
 
 def _pruner_part(pruner: Any) -> str:
