@@ -612,3 +612,21 @@ def test_an_unreadable_rows_file_is_moved_aside(tmp_path):
         assert read_rows(tmp_path).empty
     assert not (tmp_path / ROWS).exists()
     assert len(list(tmp_path.glob(f"{ROWS}.unreadable-*"))) == 1
+
+
+def test_an_update_removes_what_writers_killed_mid_write_left(tmp_path):
+    """Temp files a killed update left in the kernel's folder go with the next update (which
+    holds the folder's lock, as every writer there does); the lock file stays."""
+    from costtune.model.learned import LOCK, update
+
+    df = costtune.load_dataset(DATASET, kernel="softmax")
+    rows = df[df["workload"] == sorted(df["workload"].unique())[0]]
+    folder = tmp_path / "kernel"
+    folder.mkdir()
+    left = [".model-20261205T070652-bc0117dc.6024f214.ubj", ".rows.parquet.1a2b3c4d.tmp",
+            ".model-x.forest.npz.123.tmp.npz", ".model-x.train.npz.9f8e7d6c.npz"]
+    for name in left:
+        (folder / name).write_bytes(b"")
+    update(folder, rows, base="h200", family="softmax")
+    assert not [p.name for p in folder.glob(".*") if p.name != LOCK]
+    assert (folder / LOCK).exists() and current_model(folder) is not None

@@ -274,9 +274,13 @@ def _write_atomic(path: Path, write: Any) -> None:
 
 
 def _remove_old(folder: Path, *, keep: set[str]) -> None:
-    for path in folder.glob("model-*"):  # .json, .ubj and .forest.npz of each stem
-        if path.name.split(".")[0] not in keep:
-            try:
-                path.unlink()
-            except OSError:
-                pass
+    """Models other than ``keep`` (each stem's .json, .ubj and .forest.npz), and the temp files
+    of writers killed mid-write (dot files: every writer here holds the folder's lock, which
+    the caller holds now, so none is being written)."""
+    old = [p for p in folder.glob("model-*") if p.name.split(".")[0] not in keep]
+    temp = [p for p in folder.glob(".*") if p.name != LOCK and p.is_file()]
+    for path in old + temp:
+        try:
+            path.unlink()
+        except OSError:
+            pass
