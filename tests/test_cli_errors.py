@@ -289,6 +289,9 @@ def test_an_unwritable_output_is_refused_before_any_work(places, monkeypatch, tm
         line = one_line_error(CliRunner().invoke(app, args))
         assert "cannot write in" in line and "Permission denied" in line
         assert args[-2] in line
+    # No --out: the folder it would write is the user's, not an option they gave.
+    line = one_line_error(CliRunner().invoke(app, ["train", "--dataset", str(places["corrupt"])]))
+    assert line.startswith("error: the user folder (COSTTUNE_HOME): ") and "--out" not in line
 
 
 def test_kernels_check_passes_on_a_cpu(monkeypatch):

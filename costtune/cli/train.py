@@ -65,7 +65,8 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
     if out.is_dir():
         fail(f"--out {out} is a folder; give the model's path (<folder>/<name>)")
     target = out.with_suffix(".json") if out.suffix != ".json" else out
-    check_writable(target, option="--out")
+    check_writable(target, option="--out" if "--out" in given
+                   else "the user folder (COSTTUNE_HOME):")
     data = load_rows(dataset)
     if "suite" not in data.columns and ({"family", "kernel_hash"} & set(data.columns)):
         rows = _train_harvested(data, dataset=dataset, base=base, given=given)
