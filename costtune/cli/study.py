@@ -132,8 +132,13 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
                            **result.as_dict(),
                            "trials_in_study": len(search.study.trials),
                            "storage": storage or "memory"}
-    if replay is not None:
-        exhaustive = runner.best(workload)
+    _report(out, result, runner.best(workload) if replay is not None else None, json_out)
+
+
+def _report(out: dict[str, Any], result: Any, exhaustive: Any, json_out: bool) -> None:
+    """Print the study's summary (one JSON line with ``--json``); ``exhaustive``: the replay's
+    best measurement, None on a GPU."""
+    if exhaustive is not None:
         out["exhaustive_best_config"] = exhaustive.config.as_dict()
         out["exhaustive_best_time_ms"] = exhaustive.time_ms
         out["ratio"] = (exhaustive.time_ms / result.best_time_ms
@@ -142,10 +147,10 @@ def study(kernel: str = typer.Argument(..., help="gemm | softmax | attention"),
     if json_out:
         typer.echo(json.dumps(out))
         return
-    typer.echo(f"{workload.id}: best {out['best_config_key']} at {out['best_time_ms']} ms "
+    typer.echo(f"{out['workload']}: best {out['best_config_key']} at {out['best_time_ms']} ms "
                f"after {result.n_measured} measured trials ({result.n_proposals} proposals, "
                f"study {result.study_name!r}: {out['trials_in_study']} trials)")
-    if replay is not None:
+    if exhaustive is not None:
         typer.echo(f"exhaustive best {out['exhaustive_best_time_ms']} ms; best found reaches "
                    f"{out['ratio']:.3f} of it")
 

@@ -90,14 +90,11 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
         prune = prune_configs_by(model, top_k, family=family, problem=problem, **kw)
         prune["early_config_prune"].adaptive = adaptive is not None  # its warnings say "up to"
         rest = {k: v for k, v in triton_kw.items() if k not in ("reset_to_zero", "restore_value")}
-        tuner = SafeAutotuner(fn, fn.arg_names, configs, key, triton_kw.get("reset_to_zero"),
-                              triton_kw.get("restore_value"), prune_configs_by=prune,
-                              check=spec, precompile_threads=precompile, budget=adaptive,
-                              learner=Learner(fn, model=model) if learn else None,
-                              ranks=ranks, **rest)
-        # Its kernel, also when called directly (kernel.early_config_prune(configs, args)).
-        prune["early_config_prune"].kernel = tuner
-        return tuner
+        return SafeAutotuner(fn, fn.arg_names, configs, key, triton_kw.get("reset_to_zero"),
+                             triton_kw.get("restore_value"), prune_configs_by=prune,
+                             check=spec, precompile_threads=precompile, budget=adaptive,
+                             learner=Learner(fn, model=model) if learn else None,
+                             ranks=ranks, **rest)
 
     return decorator
 

@@ -59,6 +59,8 @@ class SafeAutotuner(Trying, Autotuner):
                  precompile_threads: int | None | bool = True, budget: Any = None,
                  learner: Any = None, ranks: str = "each", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if getattr(self.early_config_prune, "kernel", False) is None:  # its own pruner
+            self.early_config_prune.kernel = self  # known also when called directly
         self.check, self.precompile_threads = check, precompile_threads
         self.budget, self.learner = budget, learner
         self.ranks = check_ranks(ranks)
