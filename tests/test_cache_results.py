@@ -302,3 +302,33 @@ def test_kept_list_key_covers_the_heuristics_under_the_autotuner(monkeypatch):
     keys = [key(lambda args: 32), key(lambda args: 64), key(factory(32)), key(factory(64))]
     assert None not in keys and len(set(keys)) == 4
     assert key(factory(32)) == keys[2]  # the same rule: the same key
+
+
+RULES = """
+import hashlib, os
+os.environ["TRITON_INTERPRET"] = "1"
+import triton, triton.language as tl
+from costtune.tune.kept_cache import _rules_part
+
+def make_rule(fn):
+    return lambda args: fn(args["n"])
+
+@triton.autotune([triton.Config({}, num_warps=w) for w in (1, 2)], key=["n"])
+@triton.heuristics({"BLOCK": make_rule(triton.next_power_of_2),
+                    "EVEN": lambda args: all(args["n"] % b == 0 for b in (16, 32))})
+@triton.jit
+def kernel(x, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    pass
+
+print(hashlib.sha256(_rules_part(kernel).encode()).hexdigest())
+"""
+
+
+def test_the_rules_part_of_the_key_is_the_same_in_every_process(tmp_path):
+    """No memory address in it (a generator's code object, a function closed over)."""
+    script = tmp_path / "rules.py"
+    script.write_text(RULES)
+    keys = {subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}, timeout=300,
+                           check=True).stdout.strip() for seed in (1, 2)}
+    assert len(keys) == 1 and len(next(iter(keys))) == 64

@@ -150,3 +150,35 @@ def test_an_edited_jit_helper_is_an_edited_kernel(tmp_path, monkeypatch):
         exec(f"def row_scale(v):\n    return {body}\n", scope)
         made.append(source_hash(scope["row_scale"]))
     assert made[0] != made[1]
+
+
+BELOW = '''
+import triton
+import triton.language as tl
+import costtune
+
+@costtune.autotune([triton.Config({{"BLOCK_N": 64}})], key=["cols"], learn=True,
+                   family="softmax")
+@triton.jit
+def row_scale(x, y, cols, BLOCK_N: tl.constexpr):
+    offs = tl.arange(0, BLOCK_N)
+    v = tl.load(x + tl.program_id(0) * cols + offs, offs < cols, 0.0)
+    tl.store(y + tl.program_id(0) * cols + offs, scale(v), offs < cols)
+
+@triton.jit
+def scale(v):  # defined below the kernel, as Triton allows
+    return v * {scale}
+'''
+
+
+def test_a_learned_kernels_hash_covers_a_helper_defined_below_it(tmp_path, monkeypatch):
+    from costtune.tune.harvest import source_hash
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hashes = []
+    for i, factor in enumerate((2.0, 3.0)):
+        (tmp_path / f"below{i}.py").write_text(BELOW.format(scale=factor))
+        kernel = importlib.import_module(f"below{i}").row_scale
+        assert kernel.learner.hash == source_hash(kernel)  # read once the module has run
+        hashes.append(kernel.learner.hash)
+    assert hashes[0] != hashes[1]

@@ -21,6 +21,7 @@ from triton.runtime.jit import JITFunction
 import costtune
 from costtune.tune.adaptive import Adaptive
 from costtune.tune.kind import read_kind, source_constants
+from costtune.tune.trying import ALIKE_ERROR_STOP
 from costtune.types import CosttuneWarning
 
 PARAMS = {"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"}
@@ -147,13 +148,33 @@ def misshapen_matmul(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
 
 
 def test_an_error_naming_each_configs_tile_is_still_one_error():
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": 32}, num_warps=w, num_stages=s)
+               for bm in (32, 64) for bn in (32, 64) for w in (4, 8) for s in (2, 3, 4)]
     bench = Bench()
-    tuned = costtune.autotune(_configs(), key=["m", "n", "k"], top_k=2, family="gemm",
+    tuned = costtune.autotune(configs, key=["m", "n", "k"], top_k=2, family="gemm",
                               problem=PROBLEM, params=PARAMS, range_margin=None,
                               do_bench=bench, precompile=False)(misshapen_matmul)
     with pytest.raises(Exception, match="incompatible dimensions"):
         _launch(tuned)
-    assert 3 <= bench.calls < 8  # as one error: stopped before trying every config
+    # As one error once ALIKE_ERROR_STOP configs failed alike: not every config tried.
+    assert ALIKE_ERROR_STOP <= bench.calls < len(configs)
+
+
+def test_messages_alike_but_for_values_confined_to_some_values_are_replaced():
+    """A check failing only for split-K configs, its message naming a product of two values
+    that equals a third ("SPLIT_K*BK=64" beside BM=64): few such failures do not make it the
+    kernel's error; the unsplit configs that follow run."""
+    from costtune.tune.trying import error_keys, kernel_error
+
+    pool = [triton.Config({"BM": bm, "BN": bn, "SPLIT_K": sk}, num_warps=w, num_stages=3)
+            for bm in (64, 128) for bn in (64, 128) for sk in (1, 2, 4) for w in (4, 8)]
+    failing = [c for c in pool if c.kwargs["SPLIT_K"] > 1][:3]
+    groups: dict = {}
+    for c in failing:
+        error = ValueError(f"K=1000 is not a multiple of SPLIT_K*BK={c.kwargs['SPLIT_K'] * 32}")
+        for key, least in error_keys(error, c):
+            groups.setdefault(key, ([], least))[0].append(c)
+    assert not any(kernel_error(f, pool, least=n) for f, n in groups.values())
 
 
 @triton.jit

@@ -63,7 +63,8 @@ def train(dataset: Path = typer.Option(Path("datasets/h200"), help="store root")
             fail(f"--name {name!r} is a shipped model's name; pick another (or --out PATH)")
         out = user_model_dir() / name
     if out.is_dir():
-        fail(f"--out {out} is a folder; give the model's path (<folder>/<name>)")
+        what = "--out" if "--out" in given else "the user folder's model path (COSTTUNE_HOME)"
+        fail(f"{what} {out} is a folder; give the model's path (<folder>/<name>)")
     target = out.with_suffix(".json") if out.suffix != ".json" else out
     check_writable(target, option="--out" if "--out" in given
                    else "the user folder (COSTTUNE_HOME):")

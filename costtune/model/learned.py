@@ -276,9 +276,10 @@ def _write_atomic(path: Path, write: Any) -> None:
 def _remove_old(folder: Path, *, keep: set[str]) -> None:
     """Models other than ``keep`` (each stem's .json, .ubj and .forest.npz), and the temp files
     of writers killed mid-write (dot files: every writer here holds the folder's lock, which
-    the caller holds now, so none is being written)."""
+    the caller holds now, so none is being written); never a lock file (``.lock``, or
+    ``.lock.soft`` where the file system has no flock)."""
     old = [p for p in folder.glob("model-*") if p.name.split(".")[0] not in keep]
-    temp = [p for p in folder.glob(".*") if p.name != LOCK and p.is_file()]
+    temp = [p for p in folder.glob(".*") if not p.name.startswith(LOCK) and p.is_file()]
     for path in old + temp:
         try:
             path.unlink()

@@ -3,8 +3,8 @@
 Each failure is one line naming the row (its position, workload and config) and the field:
 
 >>> import pandas as pd
->>> rows = pd.DataFrame([{"kernel": "gemm", "workload": "w", "dtype": "float16",
-...                       "config": "c", "status": "ok", "time_ms": "2.5"}])
+>>> rows = pd.DataFrame([{"kernel": "gemm", "workload": "w", "dtype": "float16", "M": 8,
+...                       "N": 8, "K": 8, "config": "c", "status": "ok", "time_ms": "2.5"}])
 >>> check_rows(rows)
 Traceback (most recent call last):
 ...

@@ -123,8 +123,8 @@ def load_parts(parts: list[Path], *, dedupe: str | None, gpu: str | None = None,
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
     key = pd.DataFrame({"gpu": np.concatenate(keys), "workload": df["workload"].to_numpy(),
                         "config": df["config"].to_numpy()})
-    if "gpu" not in df.columns and key["gpu"].nunique() > 1:
-        df = df.assign(gpu=key["gpu"].to_numpy())  # rows of several GPU models: say which
+    if key["gpu"].nunique() > 1:  # rows of several GPU models: say which (metadata's too)
+        df = df.assign(gpu=key["gpu"].to_numpy())
     dup = key.duplicated(keep=False).to_numpy()
     if dup.any():
         if dedupe == "last":

@@ -59,22 +59,22 @@ def launchable(run: Callable[..., Any], configs: Sequence[Any], order: Any, kept
     (``trying.kernel_error``): the kernel's or its call's, which Triton then raises, as
     exhaustive tuning would at the first."""
     from costtune.tune.feasibility import config_text
-    from costtune.tune.trying import error_key, kernel_error
+    from costtune.tune.trying import error_keys, kernel_error
 
     good: list[int] = []
     queue = [int(i) for i in order]
     want, compiled, submitted = len(kept), 0, 0
     shared: dict = {}  # failed compiles by error: the kernel's own stops replacing
     while len(good) < want and queue and not (
-            not good and any(kernel_error(f, configs) for f in shared.values())):
+            not good and any(kernel_error(f, configs, least=n) for f, n in shared.values())):
         batch, queue = queue[: want - len(good)], queue[want - len(good):]
         outcomes: list = []
         errors: dict = {}
         counts = run([configs[i] for i in batch], named_args, kwargs, decision.family,
                      outcomes=outcomes, errors=errors)
         for j, error in errors.items():
-            if (key := error_key(error)) is not None:
-                shared.setdefault(key, []).append(configs[batch[j]])
+            for key, least in error_keys(error, configs[batch[j]]):
+                shared.setdefault(key, ([], least))[0].append(configs[batch[j]])
         if counts is None:  # not compiled here: keep them, Triton compiles as it would
             good += batch
             break

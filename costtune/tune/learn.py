@@ -67,11 +67,19 @@ class Learner:
     def __init__(self, fn: Any, *, model: Any) -> None:
         base = getattr(fn, "fn", fn)
         self.name = getattr(base, "__name__", "kernel")
-        self.hash = source_hash(fn)
+        self._fn, self._hash = fn, None
         self.model = os.fspath(model) if isinstance(model, os.PathLike) else model
         self._updated: list[Path] = []
         self._skipped: list[str] = []
         self._gpu: str | None = None
+
+    @property
+    def hash(self) -> str:
+        """The kernel's source hash, read at its first tuning (not when decorated: a JIT
+        helper defined below the kernel exists only once its module has run)."""
+        if self._hash is None:
+            self._hash = source_hash(self._fn)
+        return self._hash
 
     @property
     def updated(self) -> list[Path]:
@@ -200,8 +208,8 @@ def _start_update(key: tuple[str, str], name: str) -> None:
     imports = background(_import_update_modules, "costtune-learn-imports")
     # Not a daemon: a process that ends right after tuning still writes what it learned.
     thread = threading.Thread(target=_drain, args=(key, imports), name=f"{LEARN_THREAD}{name}")
+    thread.start()  # it waits for _PENDING_LOCK, held here, before it reads _PENDING
     _PENDING[key] = thread
-    thread.start()
 
 
 def _import_update_modules() -> None:

@@ -23,6 +23,7 @@ from costtune.kernels import FAMILIES
 _STARTED: set[tuple] = set()
 _STARTED_LOCK = threading.Lock()
 _RUNNING: list[threading.Thread] = []
+_STUCK: set[threading.Thread] = set()  # outlived a fork's wait
 WAIT_S = 120.0  # a preload slower than this (a stalled file system) is not waited for
 FORK_WAIT_S = 30.0  # a fork waits this long at most for the imports in flight
 
@@ -34,6 +35,7 @@ def _after_fork_in_child() -> None:
     _STARTED_LOCK = threading.Lock()
     _STARTED.clear()
     _RUNNING.clear()
+    _STUCK.clear()
 
 
 def _before_fork() -> None:
@@ -42,10 +44,12 @@ def _before_fork() -> None:
     # this module started finish first (a second or two; bounded, so a fork never hangs).
     me = threading.current_thread()
     with _STARTED_LOCK:
-        running = [t for t in _RUNNING if t.is_alive() and t is not me]
+        running = [t for t in _RUNNING if t.is_alive() and t is not me and t not in _STUCK]
     deadline = time.monotonic() + FORK_WAIT_S
     for thread in running:
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():  # stuck (a stalled file system): later forks do not wait on it
+            _STUCK.add(thread)
 
 
 if hasattr(os, "register_at_fork"):

@@ -19,33 +19,46 @@ from costtune.tune.decision import config_key
 from costtune.tune.feasibility import config_text, finite_time
 from costtune.tune.guard import MIN_VOTERS, CheckError, OutputGuard
 
-__all__ = ["SAME_ERROR_STOP", "Trying", "error_key", "kernel_error", "values_of"]
+__all__ = ["ALIKE_ERROR_STOP", "SAME_ERROR_STOP", "Trying", "error_keys", "kernel_error",
+           "values_of"]
 
 # Fewest configs failing with one error, none having run, before it is raised.
 SAME_ERROR_STOP = 3
-_NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")
+ALIKE_ERROR_STOP = 8  # the same, for messages alike but for the failing configs' values
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_WHOLE = re.compile(r"(?<![\w.])\d+(?![\w.])")
 
 
-def error_key(exc: BaseException) -> tuple[str, str] | None:
-    """(type, message without its numbers) of a failure that may be the kernel's or its call's;
-    None for Triton's per-config errors (OutOfResources, compile-time assertions, ptxas errors,
-    anywhere in the exception's chain), which Triton's own benchmark reads as one config's
-    limits, and for an error that cannot be printed."""
+def error_keys(exc: BaseException, config: Any = None) -> list[tuple[tuple, int]]:
+    """[(key, how many configs failing with it make it the kernel's)] for a failure that may
+    be the kernel's or its call's: its exact message (addresses out) at ``SAME_ERROR_STOP``,
+    and, where the failing ``config``'s own values appear in it, the message without them at
+    ``ALIKE_ERROR_STOP`` (one bug's message names each config's tile: "... 256 and 128",
+    "... 512 and 128"; more of them are asked for, since a message naming values can also be
+    an error confined to some values, a product of two matching a third). [] for Triton's
+    per-config errors (OutOfResources, compile-time assertions, ptxas errors, anywhere in
+    the exception's chain), which Triton's own benchmark reads as one config's limits, and
+    for an error that cannot be printed."""
     from triton.compiler.errors import CompileTimeAssertionFailure
     from triton.runtime.errors import OutOfResources, PTXASError
 
     seen, link = 0, exc
     while link is not None and seen < 16:
         if isinstance(link, (OutOfResources, CompileTimeAssertionFailure, PTXASError)):
-            return None
+            return []
         link, seen = link.__cause__ or link.__context__, seen + 1
     try:
-        text = str(exc)
+        text = _ADDRESS.sub("#", str(exc))
     except Exception:  # noqa: BLE001 - an unprintable error is no evidence
-        return None
-    # Numbers out: one bug's message names each config's tile ("... 256 and 128", "... 512 and
-    # 128"). Exhaustive tuning raises at the first such error whatever the others say.
-    return type(exc).__name__, _NUMBER.sub("#", text)
+        return []
+    name = type(exc).__name__
+    keys = [(("same", name, text), SAME_ERROR_STOP)]
+    own = {str(v) for v in (values_of(config).values() if config is not None else ())
+           if isinstance(v, int) and not isinstance(v, bool)}
+    alike = _WHOLE.sub(lambda m: "#" if m.group() in own else m.group(), text)
+    if alike != text:
+        keys.append((("alike", name, alike), ALIKE_ERROR_STOP))
+    return keys
 
 
 def values_of(config: Any) -> dict[str, Any]:
@@ -53,13 +66,14 @@ def values_of(config: Any) -> dict[str, Any]:
     return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 
-def kernel_error(failed: Sequence[Any], pool: Sequence[Any]) -> bool:
+def kernel_error(failed: Sequence[Any], pool: Sequence[Any], *,
+                 least: int = SAME_ERROR_STOP) -> bool:
     """Whether configs ``failed`` with one error can only be the kernel's or its call's: at
-    least ``SAME_ERROR_STOP`` of them, and every parameter that varies in ``pool`` (the
-    config list) takes two values or more among them. A failure confined to one value (a
-    pass that fails on warp-specialized loops, an assertion on BLOCK_K = 64) is one value's,
-    and replacing goes on."""
-    if len(failed) < SAME_ERROR_STOP:
+    least ``least`` of them, and every parameter that varies in ``pool`` (the config list)
+    takes two values or more among them. A failure confined to one value (a pass that fails
+    on warp-specialized loops, an assertion on BLOCK_K = 64) is one value's, and replacing
+    goes on."""
+    if len(failed) < least:
         return False
     listed = [values_of(c) for c in pool]
     seen = [values_of(c) for c in failed]
@@ -148,15 +162,13 @@ class Trying:
         """Raise ``exc`` once, with no config run, it is the kernel's or its call's
         (``kernel_error``: configs across the list's values failed with it), which no
         replacement mends (exhaustive tuning raises it at the first)."""
-        key = error_key(exc)
-        if key is None:
-            return
         errors = self.__dict__.setdefault("_errors", {})
-        errors.setdefault(key, []).append(config)
         decision = self._decision()
         pool = getattr(decision, "configs", None) or self.configs
-        if not ran and kernel_error(errors[key], pool):
-            raise exc
+        for key, least in error_keys(exc, config):
+            errors.setdefault(key, []).append(config)
+            if not ran and kernel_error(errors[key], pool, least=least):
+                raise exc
 
     def _vote(self, guard: OutputGuard, reserve: list[Any], args: tuple, kwargs: dict) -> None:
         """Launch more configs (untimed, not removed from the reserve) until there are enough
