@@ -58,7 +58,11 @@ from costtune.kernels import IMPLEMENTATIONS  # noqa: E402
 from costtune.model.learned import fit_update  # noqa: E402
 from costtune.model.training import TrainingTable  # noqa: E402
 from costtune.tune.adaptive import Adaptive, margin_for, replay_table  # noqa: E402
-from costtune.tune.trained import keep_untrained, trained_from_rows  # noqa: E402
+from costtune.tune.trained import (  # noqa: E402
+    keep_untrained,
+    trained_from_rows,
+    trusted_within,
+)
 from experiments import harness  # noqa: E402
 from experiments.learning_curve_report import CAP, GOAL, SHIPPED, report  # noqa: E402
 
@@ -147,17 +151,20 @@ def shipped_params(family: str) -> dict:
 
 
 def hook_kept(rows: pd.DataFrame, feats: pd.DataFrame, order: np.ndarray, k: int,
-              trained: dict) -> int:
-    """How many of ``rows`` in ``order`` (best first) the pruning hook keeps at ``k``: the k
-    best-ranked configs with trained values plus every untrained one ranked above the last of
-    them (``tune.trained.keep_untrained``, cap 4k: the hook's default ``widen``)."""
+              trained: dict) -> tuple[np.ndarray, int]:
+    """(``order`` as the pruning hook measures it, how many of it it keeps) at ``k``: the k
+    best-ranked configs with trained values, moved into the cap where needed
+    (``tune.trained.trusted_within``), plus every untrained one ranked above the last of them
+    (``tune.trained.keep_untrained``, cap 4k: the hook's default ``widen``)."""
     family = next(iter(trained))
     cols = {c: pd.to_numeric(rows[c], errors="coerce").to_numpy(dtype=float)[order]
             for c in trained[family]["values"] if c in rows}
     elems = feats["elems_per_thread"].to_numpy(dtype=float)[order]
-    n, _ = keep_untrained(family, cols, elems, np.arange(len(order)), k=k,
-                          cap=min(len(order), 4 * k), trained=trained)
-    return n
+    cap = min(len(order), 4 * k)
+    local = trusted_within(family, cols, elems, np.arange(len(order)), k=k, cap=cap,
+                           trained=trained)
+    n, _ = keep_untrained(family, cols, elems, local, k=k, cap=cap, trained=trained)
+    return np.asarray(order)[local], n
 
 
 def tuned_scores(test: pd.DataFrame, feats: pd.DataFrame, rankings: dict,
@@ -172,9 +179,9 @@ def tuned_scores(test: pd.DataFrame, feats: pd.DataFrame, rankings: dict,
             order = np.asarray(order, dtype=int)
             if not np.isfinite(times[order]).any():
                 continue
-            n = hook_kept(test, feats, order, k, trained)
+            measured, n = hook_kept(test, feats, order, k, trained)
             l_star.append(times[order].min())
-            l_k.append(times[order[:n]].min())
+            l_k.append(times[measured[:n]].min())
             kept.append(n)
         out[f"tuned_top{k}"] = tenset_score(np.array(l_star), np.array(l_k))
         out[f"tuned_configs{k}"] = float(np.mean(kept)) if kept else float("nan")
@@ -203,8 +210,10 @@ def top_rows(model, rows: pd.DataFrame, k: int, trained: dict | None = None) -> 
     feats = static_features(rows)
     s = model_scores(model, rows, feats)
     order = np.lexsort((rows["config"].astype(str).to_numpy(), -s))
-    n = k if trained is None else hook_kept(rows, feats, order, k, trained)
-    return rows.iloc[order[:n]]
+    if trained is None:
+        return rows.iloc[order[:k]]
+    measured, n = hook_kept(rows, feats, order, k, trained)
+    return rows.iloc[measured[:n]]
 
 
 def parse_update(text: str) -> tuple[str, int | None, dict | None]:

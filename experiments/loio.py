@@ -54,7 +54,7 @@ from costtune.features import load_feature_tables, load_ir_tables
 from costtune.features.static import static_features
 from costtune.model import CostModel, attach_features
 from costtune.tune.ranking import blend_order
-from costtune.tune.trained import keep_untrained, trained_from_rows
+from costtune.tune.trained import keep_untrained, trained_from_rows, trusted_within
 from experiments import harness
 
 KS = (1, 4, 8)
@@ -177,10 +177,11 @@ def as_kept(rows: pd.DataFrame, scores: dict[str, np.ndarray], first: dict[str, 
             for p in workload_positions(local).values():
                 if not np.isfinite(t[p]).any():
                     continue
-                orders = (rank_positions(s1[p], k_[p]),
-                          two_stage_order(s1[p], s2[p], k_[p], weight=w))
-                n = max(keep_untrained(fam, {c: v[p] for c, v in cols.items()}, e[p], o, k=k,
-                                       cap=min(len(p), widen * k), trained=trained)[0]
+                here, cap = {c: v[p] for c, v in cols.items()}, min(len(p), widen * k)
+                orders = [trusted_within(fam, here, e[p], o, k=k, cap=cap, trained=trained)
+                          for o in (rank_positions(s1[p], k_[p]),
+                                    two_stage_order(s1[p], s2[p], k_[p], weight=w))]
+                n = max(keep_untrained(fam, here, e[p], o, k=k, cap=cap, trained=trained)[0]
                         for o in orders)
                 l_star.append(t[p].min())
                 l_k.append(t[p][orders[1][:n]].min())
