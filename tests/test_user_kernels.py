@@ -840,3 +840,25 @@ def test_explain_ranks_what_a_rebuilding_filter_returned(capsys):
     costtune.explain(tuner, x, y, torch.empty(64, 64), 64, 64, 64,
                      grid=lambda meta: (64 // meta["BM"], 2))
     assert "num_stages=1" in capsys.readouterr().out
+
+
+def test_after_import_leaves_a_shared_loader_alone(tmp_path, monkeypatch):
+    """``explain``'s hook on the autotuner's import calls back for that module only, even
+    when its loader serves other modules too (a zip import), and not after it is left."""
+    import zipfile
+
+    from costtune.tune.explain import after_import
+
+    archive = tmp_path / "mods.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("zpkg/__init__.py", "")
+        z.writestr("zpkg/watched.py", "X = 1\n")
+        z.writestr("zpkg/other.py", "Y = 2\n")
+    monkeypatch.syspath_prepend(str(archive))
+    for name in ("zpkg", "zpkg.watched", "zpkg.other"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    seen = []
+    with after_import("zpkg.watched", lambda module: seen.append(module.__name__)):
+        importlib.import_module("zpkg.watched")
+        importlib.import_module("zpkg.other")
+    assert seen == ["zpkg.watched"] and sys.modules["zpkg.watched"].X == 1

@@ -206,7 +206,8 @@ def after_import(name: str, callback: Any) -> Iterator[None]:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the real loader of one module to call back after it ran."""
+    """Finds nothing itself: hands the real spec back with a loader that calls back after the
+    real one ran (the real loader, which may serve other modules, is left as it is)."""
 
     def __init__(self, name: str, callback: Any) -> None:
         self.name, self.callback = name, callback
@@ -218,15 +219,25 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None:
             return spec
-        run_module = spec.loader.exec_module
-        callback = self.callback
-
-        def exec_module(module: Any) -> None:
-            run_module(module)
-            callback(module)
-
-        spec.loader.exec_module = exec_module
+        spec.loader = _CallingBack(spec.loader, self.callback)
         return spec
+
+
+class _CallingBack(importlib.abc.Loader):
+    """``loader``, then ``callback(module)`` once the module ran."""
+
+    def __init__(self, loader: Any, callback: Any) -> None:
+        self.loader, self.callback = loader, callback
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        self.callback(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_code, is_package, ...
+        return getattr(self.loader, name)
 
 
 def _not_this_run(tuner: Any, prune: Any) -> list[str]:

@@ -255,7 +255,10 @@ class SafeAutotuner(Trying, Autotuner):
         self._report(ran if adaptive and ran else kept, failed, wrong, good)
         decision = self._decision()
         if good and self.rejected and not adaptive and decision is not None:
-            decision.kept = [config_key(c) for c in good]  # what was benchmarked and stood
+            pool = decision.configs or self.configs  # what stood, in rank order
+            rank = {id(pool[i]): r for r, i in enumerate(decision.ranked)}
+            decision.kept = [config_key(c) for c in sorted(good, key=lambda c: rank.get(
+                id(c), len(rank)))]
             decision.k = len(good)
         finite = [c for c in ran if guard is not None and guard.records.get(config_text(c))]
         return good or finite or ran or kept
