@@ -181,3 +181,15 @@ def test_one_workload_from_two_gpu_models_replays_one_of_them(tmp_path):
         ReplayRunner(tmp_path, gpu="A100")
     with pytest.raises(ValueError, match="no gpu column"):
         ReplayRunner(pd.DataFrame([measurements()[0].as_row()]), gpu="NVIDIA H200")
+    # A store of one GPU model names it in its parts' metadata only: said, not "no column".
+    one = tmp_path / "one"
+    Store(one).append(rows, meta={"gpu": "NVIDIA H200"})
+    with pytest.raises(ValueError, match=r"no rows for GPU 'H200'; it has \['NVIDIA H200'\]"):
+        ReplayRunner(one, gpu="H200")
+    assert ReplayRunner(one, gpu="NVIDIA H200").best(GEMM).time_ms == 0.12
+    # Parts naming the GPU in a column and parts naming it in metadata, loaded together.
+    mixed = tmp_path / "mixed"
+    Store(mixed).append([{**r, "gpu": "NVIDIA H100"} for r in rows], meta={"gpu": "x"})
+    Store(mixed).append(rows, meta={"gpu": "NVIDIA H200"})
+    assert set(load_dataset(mixed)["gpu"]) == {"NVIDIA H100", "NVIDIA H200"}
+    assert ReplayRunner(load_dataset(mixed), gpu="NVIDIA H200").best(GEMM).time_ms == 0.12

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -172,8 +173,26 @@ def _load(path: str | os.PathLike, gpu: str | None) -> pd.DataFrame:
         warnings.simplefilter("ignore", StoreWarning)  # replaced by the error below
         df = load_dataset(path, gpu=gpu)
     if df.empty:
-        _one_gpu(load_dataset(path), gpu)  # raises, naming the GPU models there are
+        everything = load_dataset(path)
+        if "gpu" not in everything.columns:  # one GPU model, named in the parts' metadata
+            raise ValueError(f"replay dataset {path} has no rows for GPU {gpu!r}; it has "
+                             f"{_metadata_gpus(Path(path))}")
+        _one_gpu(everything, gpu)  # raises, naming the GPU models there are
     return df
+
+
+def _metadata_gpus(path: Path) -> list[str]:
+    """The GPU models the parts under ``path`` (or the part itself) name in their metadata."""
+    from costtune.store.parts import check_meta, read_schema
+
+    parts = [path] if path.is_file() else sorted(path.rglob("part-*.parquet"))
+    names = set()
+    for part in parts:
+        try:
+            names.add(str(check_meta(part, read_schema(part)).get("gpu")))
+        except ValueError:  # StoreError: load_dataset read them, so this is rare
+            continue
+    return sorted(names)
 
 
 def _one_gpu(df: pd.DataFrame, gpu: str) -> pd.DataFrame:
