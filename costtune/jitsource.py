@@ -7,7 +7,8 @@ import inspect
 import re
 from typing import Any
 
-__all__ = ["jit_level", "python_function", "source_text", "source_with_helpers"]
+__all__ = ["jit_level", "python_function", "source_text", "source_with_helpers",
+           "stable_text"]
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
 
@@ -62,3 +63,27 @@ def source_with_helpers(obj: Any, *, depth: int) -> str:
                 and python_function(helper) is not fn):
             found.append(source_with_helpers(jit_level(helper), depth=depth - 1))
     return "\n".join(found)
+
+
+def stable_text(value: Any, depth: int = 0) -> str:
+    """``value`` as text with no memory address: plain values by repr, code by its bytecode,
+    constants and names, containers item by item, anything else by its qualified name."""
+    if depth > 4:
+        return "..."
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return repr(value)
+    if isinstance(value, (tuple, list, frozenset, set)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return "(" + ",".join(stable_text(v, depth + 1) for v in items) + ")"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{stable_text(k, depth + 1)}:{stable_text(v, depth + 1)}"
+                              for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))) + "}"
+    code = getattr(value, "co_code", None)
+    if code is not None:
+        return (f"code({code.hex()},{stable_text(value.co_consts, depth + 1)},"
+                f"{stable_text(value.co_names, depth + 1)})")
+    inner = getattr(value, "__code__", None)
+    if inner is not None:  # a function a rule closes over: its code, not its address
+        return f"fn({getattr(value, '__qualname__', '')},{stable_text(inner, depth + 1)})"
+    kind = type(value)
+    return f"{kind.__module__}.{kind.__qualname__}:{getattr(value, '__qualname__', '')}"

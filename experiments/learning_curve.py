@@ -58,11 +58,7 @@ from costtune.kernels import IMPLEMENTATIONS  # noqa: E402
 from costtune.model.learned import fit_update  # noqa: E402
 from costtune.model.training import TrainingTable  # noqa: E402
 from costtune.tune.adaptive import Adaptive, margin_for, replay_table  # noqa: E402
-from costtune.tune.trained import (  # noqa: E402
-    keep_untrained,
-    trained_from_rows,
-    trusted_within,
-)
+from costtune.tune.trained import hook_order, trained_from_rows  # noqa: E402
 from experiments import harness  # noqa: E402
 from experiments.learning_curve_report import CAP, GOAL, SHIPPED, report  # noqa: E402
 
@@ -153,17 +149,16 @@ def shipped_params(family: str) -> dict:
 def hook_kept(rows: pd.DataFrame, feats: pd.DataFrame, order: np.ndarray, k: int,
               trained: dict) -> tuple[np.ndarray, int]:
     """(``order`` as the pruning hook measures it, how many of it it keeps) at ``k``: the k
-    best-ranked configs with trained values, moved into the cap where needed
-    (``tune.trained.trusted_within``), plus every untrained one ranked above the last of them
-    (``tune.trained.keep_untrained``, cap 4k: the hook's default ``widen``)."""
+    best-ranked configs with trained values, moved into the cap where needed, plus every
+    untrained one ranked above the last of them (``tune.trained.hook_order``, cap 4k: the
+    hook's default ``widen``)."""
     family = next(iter(trained))
     cols = {c: pd.to_numeric(rows[c], errors="coerce").to_numpy(dtype=float)[order]
             for c in trained[family]["values"] if c in rows}
     elems = feats["elems_per_thread"].to_numpy(dtype=float)[order]
     cap = min(len(order), 4 * k)
-    local = trusted_within(family, cols, elems, np.arange(len(order)), k=k, cap=cap,
-                           trained=trained)
-    n, _ = keep_untrained(family, cols, elems, local, k=k, cap=cap, trained=trained)
+    local, n, _ = hook_order(family, cols, elems, np.arange(len(order)), k=k, cap=cap,
+                             trained=trained)
     return np.asarray(order)[local], n
 
 

@@ -54,7 +54,7 @@ from costtune.features import load_feature_tables, load_ir_tables
 from costtune.features.static import static_features
 from costtune.model import CostModel, attach_features
 from costtune.tune.ranking import blend_order
-from costtune.tune.trained import keep_untrained, trained_from_rows, trusted_within
+from costtune.tune.trained import hook_order, trained_from_rows
 from experiments import harness
 
 KS = (1, 4, 8)
@@ -178,11 +178,11 @@ def as_kept(rows: pd.DataFrame, scores: dict[str, np.ndarray], first: dict[str, 
                 if not np.isfinite(t[p]).any():
                     continue
                 here, cap = {c: v[p] for c, v in cols.items()}, min(len(p), widen * k)
-                orders = [trusted_within(fam, here, e[p], o, k=k, cap=cap, trained=trained)
-                          for o in (rank_positions(s1[p], k_[p]),
-                                    two_stage_order(s1[p], s2[p], k_[p], weight=w))]
-                n = max(keep_untrained(fam, here, e[p], o, k=k, cap=cap, trained=trained)[0]
-                        for o in orders)
+                kept_by = [hook_order(fam, here, e[p], o, k=k, cap=cap, trained=trained)[:2]
+                           for o in (rank_positions(s1[p], k_[p]),
+                                     two_stage_order(s1[p], s2[p], k_[p], weight=w))]
+                orders = [o for o, _ in kept_by]
+                n = max(count for _, count in kept_by)
                 l_star.append(t[p].min())
                 l_k.append(t[p][orders[1][:n]].min())
                 kept.append(n)

@@ -88,10 +88,10 @@ def collect(kernel: str = typer.Argument(..., help="gemm | softmax | attention")
                   f"{summary['failed']} failed, {summary['seconds']:.0f} s, {rate:.1f} configs/s"
                   + (" [yellow](stopped at time budget)[/]" if summary["stopped_early"] else ""))
     typer.echo(json.dumps(summary))  # one line, never wrapped: scripts parse it
+    for word in ("warning", "error"):
+        for line in summary.get(f"{word}s", []):
+            typer.echo(f"{word}: {line}", err=True)
     failed = summary.get("failed_workloads") or []
-    for line in [*summary.get("warnings", []), *summary.get("errors", [])]:
-        typer.echo(f"{'warning' if line in summary.get('warnings', []) else 'error'}: {line}",
-                   err=True)
     if failed:
         fail(f"{len(failed)} of {len(workloads)} workloads failed and were not stored (see the "
              "errors above); rerun to resume them")

@@ -268,13 +268,13 @@ def _replay_rows(dataset, todo, gpu: str | None) -> dict[str, pd.DataFrame]:
     """Each workload's recorded rows (GPU model ``gpu``'s where given): a task carries its own
     slice, so workers need no copy of the dataset. Workloads the dataset lacks get an empty
     frame (their configs come back NOT_MEASURED and are not stored)."""
-    from costtune.measure.replay import ReplayRunner
+    from costtune.measure.replay import rows_of_gpu
     from costtune.store.dataset import REQUIRED_COLUMNS, load_dataset
 
     wanted = {w.id for w, _ in todo}
     if isinstance(dataset, pd.DataFrame):
         one_gpu = gpu is not None and "gpu" in dataset.columns  # else: one model's rows
-        frames = [ReplayRunner(dataset, gpu=gpu).data if one_gpu else dataset]
+        frames = [rows_of_gpu(dataset, gpu) if one_gpu else dataset]
     else:
         frames = [load_dataset(Path(dataset), kernel=k, gpu=gpu)
                   for k in sorted({w.kernel for w, _ in todo})]

@@ -106,8 +106,13 @@ class Names(tuple):
     (True, False)
     """
 
+    def __new__(cls, names: tuple[str, ...]) -> Names:
+        self = super().__new__(cls, names)
+        self.folded = frozenset(n.casefold() for n in names)
+        return self
+
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.casefold() in {n.casefold() for n in self}
+        return isinstance(name, str) and name.casefold() in self.folded
 
 
 INPUT_NAMES: dict[str, Names] = {

@@ -49,7 +49,7 @@ class ReplayRunner:
         if missing:
             raise ValueError(f"replay dataset lacks column(s) {missing}")
         if gpu is not None and isinstance(dataset, pd.DataFrame):
-            df = _one_gpu(df, gpu)
+            df = rows_of_gpu(df, gpu)
         dup = df.duplicated(["workload", "config"])
         if dup.any():
             key = tuple(df.loc[dup.idxmax(), ["workload", "config"]])
@@ -177,7 +177,7 @@ def _load(path: str | os.PathLike, gpu: str | None) -> pd.DataFrame:
         if "gpu" not in everything.columns:  # one GPU model, named in the parts' metadata
             raise ValueError(f"replay dataset {path} has no rows for GPU {gpu!r}; it has "
                              f"{_metadata_gpus(Path(path))}")
-        _one_gpu(everything, gpu)  # raises, naming the GPU models there are
+        rows_of_gpu(everything, gpu)  # raises, naming the GPU models there are
     return df
 
 
@@ -195,7 +195,7 @@ def _metadata_gpus(path: Path) -> list[str]:
     return sorted(names)
 
 
-def _one_gpu(df: pd.DataFrame, gpu: str) -> pd.DataFrame:
+def rows_of_gpu(df: pd.DataFrame, gpu: str) -> pd.DataFrame:
     """The rows of ``df`` measured on GPU model ``gpu``."""
     if "gpu" not in df.columns:
         raise ValueError(f"replay dataset has no gpu column to choose GPU {gpu!r} by (its rows "

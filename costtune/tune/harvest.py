@@ -279,15 +279,14 @@ def source_hash(fn: Any) -> str:
     JITFunction's ``src``, else the Python function's source) and of the JIT helpers it calls
     by name (an edited helper is an edited kernel, as in Triton's own cache key); without a
     readable source, of its name and compiled code."""
-    from costtune.jitsource import jit_level, python_function, source_with_helpers
+    from costtune.jitsource import jit_level, python_function, source_with_helpers, stable_text
 
     obj = jit_level(fn)
     src = source_with_helpers(obj, depth=SOURCE_DEPTH) if obj is not None else ""
-    if not src:
+    if not src:  # the same in every process: no address in it
         target = getattr(obj, "fn", obj) if obj is not None else fn
-        code = getattr(python_function(fn), "__code__", None)
-        src = getattr(target, "__qualname__", repr(target)) + (
-            repr((code.co_code, code.co_consts, code.co_names)) if code is not None else "")
+        src = getattr(target, "__qualname__", repr(target)) + stable_text(
+            getattr(python_function(fn), "__code__", None))
     return hashlib.sha256(str(src).encode()).hexdigest()
 
 

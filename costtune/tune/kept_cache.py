@@ -181,6 +181,7 @@ def _rules_part(tuner: Any) -> str:
     """The ``triton.heuristics`` rules under the autotuner (they set values the pruner ranks
     with, and Triton's own key hashes none of them): each rule's name, source, code, closure
     values and defaults, as text that is the same in every process (no addresses)."""
+    from costtune.jitsource import stable_text
     from costtune.tune.kind import heuristic_rules
 
     out = []
@@ -189,9 +190,9 @@ def _rules_part(tuner: Any) -> str:
             text = inspect.getsource(rule)
         except (OSError, TypeError):
             text = ""
-        cells = [_stable(_cell(c)) for c in getattr(rule, "__closure__", None) or ()]
-        out.append((name, text, _stable(getattr(rule, "__code__", None)), cells,
-                    _stable(getattr(rule, "__defaults__", None))))
+        cells = [stable_text(_cell(c)) for c in getattr(rule, "__closure__", None) or ()]
+        out.append((name, text, stable_text(getattr(rule, "__code__", None)), cells,
+                    stable_text(getattr(rule, "__defaults__", None))))
     return repr(out)
 
 
@@ -200,30 +201,6 @@ def _cell(cell: Any) -> Any:
         return cell.cell_contents
     except ValueError:  # an empty cell
         return None
-
-
-def _stable(value: Any, depth: int = 0) -> str:
-    """``value`` as text with no memory address: plain values by repr, code by its bytecode,
-    constants and names, containers item by item, anything else by its qualified name."""
-    if depth > 4:
-        return "..."
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return repr(value)
-    if isinstance(value, (tuple, list, frozenset, set)):
-        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
-        return "(" + ",".join(_stable(v, depth + 1) for v in items) + ")"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{_stable(k, depth + 1)}:{_stable(v, depth + 1)}"
-                              for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))) + "}"
-    code = getattr(value, "co_code", None)
-    if code is not None:
-        return (f"code({code.hex()},{_stable(value.co_consts, depth + 1)},"
-                f"{_stable(value.co_names, depth + 1)})")
-    inner = getattr(value, "__code__", None)
-    if inner is not None:  # a function a rule closes over: its code, not its address
-        return f"fn({getattr(value, '__qualname__', '')},{_stable(inner, depth + 1)})"
-    kind = type(value)
-    return f"{kind.__module__}.{kind.__qualname__}:{getattr(value, '__qualname__', '')}"
 
 
 def _pruner_part(pruner: Any) -> str:

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from costtune.jitsource import jit_level, python_function, source_with_helpers
+from costtune.jitsource import jit_level, python_function, source_text, source_with_helpers
 from costtune.kernels.base import (
     GRADIENT_ARGS,
     NAME_PATTERNS,
@@ -75,7 +75,7 @@ def _read_kind(obj: Any) -> KernelKind | None:
     grads = [p for p in _parameters(fn) if re.match(GRADIENT_ARGS, p, flags=re.IGNORECASE)]
     if grads:
         return KernelKind(name, None, "a backward pass", f"its gradient arguments {grads[:3]}")
-    source = _source(obj, depth=2)
+    source = source_with_helpers(obj, depth=2)
     ops = {op for op, rx in _OPS.items() if rx.search(source)}
     for family, pattern in NAME_PATTERNS.items():
         if re.search(pattern, lowered):
@@ -116,7 +116,7 @@ def _constants(obj: Any) -> tuple[tuple[str, int], ...]:
     defaults = [(p.name, int(p.default)) for p in params
                 if "constexpr" in str(p.annotation) and isinstance(p.default, int)
                 and not isinstance(p.default, bool)]
-    body = [(name, int(value)) for name, value in _CONSTANT.findall(_source(obj, depth=0))]
+    body = [(name, int(value)) for name, value in _CONSTANT.findall(source_text(obj))]
     return tuple(dict(defaults + body).items())  # the body's assignments win
 
 
@@ -191,13 +191,8 @@ def _source_has(kernel: Any, pattern: str) -> bool | None:
     """Whether the kernel's source (and the JIT helpers it calls) matches ``pattern``; None
     when the source cannot be read."""
     obj = jit_level(kernel)
-    source = "" if obj is None else _source(obj, depth=1)
+    source = "" if obj is None else source_with_helpers(obj, depth=1)
     return bool(re.search(pattern, source)) if source else None
-
-
-def _source(obj: Any, *, depth: int) -> str:
-    """The function's source and, ``depth`` levels down, that of the JIT functions it names."""
-    return source_with_helpers(obj, depth=depth)
 
 
 def calling_tuner(max_depth: int = 8) -> Any:

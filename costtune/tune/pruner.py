@@ -268,7 +268,7 @@ class ConfigPruner:
         from costtune.features.source import attach_source
         from costtune.features.static import static_features_for
         from costtune.tune.ranking import score, uses_source
-        from costtune.tune.trained import keep_untrained, trusted_within
+        from costtune.tune.trained import hook_order
 
         n, keys = len(configs), self.config_keys(configs)
         live = [params[i] for i in alive]
@@ -297,12 +297,9 @@ class ConfigPruner:
         def untrained(order: np.ndarray) -> tuple[np.ndarray, int, list[tuple[str, str]]]:
             if self.range_margin is None:  # config values never trained on
                 return order, k0, []
-            got = ({c: v[alive] for c, v in columns.items()},
-                   features["elems_per_thread"].to_numpy())
-            order = trusted_within(launch.family, *got, order, k=k0, cap=cap,
-                                   problem=launch.problem)
-            return order, *keep_untrained(launch.family, *got, order, k=k0, cap=cap,
-                                          problem=launch.problem)
+            return hook_order(launch.family, {c: v[alive] for c, v in columns.items()},
+                              features["elems_per_thread"].to_numpy(), order, k=k0, cap=cap,
+                              problem=launch.problem)
 
         sub_order, grown, doubt = untrained(sub_order)
         k = max(k, grown)

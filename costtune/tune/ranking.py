@@ -82,9 +82,9 @@ def concerns(model: Any, launch: Launch, *, range_margin: float | None) -> list[
                             f"trained range [{2 ** lo:g}, {2 ** hi:g}]"))
     if launch.dtype not in get_family(launch.family).DTYPES:
         origin = launch.origin.get("dtype", "")
-        hint = "" if origin == "dtype=" else f" (read from {origin}; pass dtype= if wrong)"
-        out.append(("dtype", f"{launch.family} data holds no {launch.dtype} measurements"
-                    + (hint if origin else "")))
+        read = (f" (read from {origin}; pass dtype= if wrong)"
+                if origin not in ("", "dtype=") else "")
+        out.append(("dtype", f"{launch.family} data holds no {launch.dtype} measurements{read}"))
     return out
 
 

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["build", "config_doubts", "keep_untrained", "load_trained", "trusted_within",
-           "unseen_values"]
+__all__ = ["build", "config_doubts", "hook_order", "keep_untrained", "load_trained",
+           "trusted_within", "unseen_values"]
 
 FILE_NAME = "trained_configs_h200.json"
 # Tile parameters and the problem size each tiles: a tile larger than the size and than any
@@ -150,16 +150,8 @@ def keep_untrained(family: str, columns: Mapping[str, Any], elems_per_thread: An
     shipped file's). ``problem``: the launch's sizes, for tiles larger than trained there."""
     unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread,
                            trained=trained, problem=problem)
-    if not unseen or not any(int(j) in unseen for j in order[:k]):
-        return k, []
-    trusted, grown = 0, cap
-    for pos, j in enumerate(order[:cap]):
-        trusted += int(j) not in unseen
-        if trusted == k:
-            grown = pos + 1
-            break
-    return grown, config_doubts(family, columns, elems_per_thread=elems_per_thread,
-                                among=order[:grown], trained=trained, problem=problem)
+    return _kept_count(family, columns, elems_per_thread, order, unseen, k=k, cap=cap,
+                       trained=trained, problem=problem)
 
 
 def trusted_within(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
@@ -175,9 +167,28 @@ def trusted_within(family: str, columns: Mapping[str, Any], elems_per_thread: An
     ...                cap=2).tolist()
     [0, 3, 1, 2]
     """
-    order = np.asarray(order, dtype=int)
     unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread,
                            trained=trained, problem=problem)
+    return _trusted_first(order, unseen, k=k, cap=cap)
+
+
+def hook_order(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
+               order: Sequence[int], *, k: int, cap: int,
+               trained: Mapping[str, Any] | None = None,
+               problem: Mapping[str, Any] | None = None
+               ) -> tuple[np.ndarray, int, list[tuple[str, str]]]:
+    """What the pruning hook measures of ``order``: (``trusted_within``'s order, how many of
+    it ``keep_untrained`` keeps, the doubt to note), the untrained configs found once."""
+    unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread,
+                           trained=trained, problem=problem)
+    order = _trusted_first(order, unseen, k=k, cap=cap)
+    return (order, *_kept_count(family, columns, elems_per_thread, order, unseen, k=k,
+                                cap=cap, trained=trained, problem=problem))
+
+
+def _trusted_first(order: Sequence[int], unseen: Mapping[int, str], *, k: int,
+                   cap: int) -> np.ndarray:
+    order = np.asarray(order, dtype=int)
     trusted = [int(j) for j in order if int(j) not in unseen][:k]
     if not unseen or set(trusted) <= {int(j) for j in order[:cap]}:
         return order
@@ -185,6 +196,22 @@ def trusted_within(family: str, columns: Mapping[str, Any], elems_per_thread: An
     first = {*trusted, *others}
     return np.array([j for j in order if int(j) in first]
                     + [j for j in order if int(j) not in first], dtype=int)
+
+
+def _kept_count(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
+                order: Sequence[int], unseen: Mapping[int, str], *, k: int, cap: int,
+                trained: Mapping[str, Any] | None, problem: Mapping[str, Any] | None
+                ) -> tuple[int, list[tuple[str, str]]]:
+    if not unseen or not any(int(j) in unseen for j in order[:k]):
+        return k, []
+    trusted, grown = 0, cap
+    for pos, j in enumerate(order[:cap]):
+        trusted += int(j) not in unseen
+        if trusted == k:
+            grown = pos + 1
+            break
+    return grown, config_doubts(family, columns, elems_per_thread=elems_per_thread,
+                                among=order[:grown], trained=trained, problem=problem)
 
 
 def build(dataset: str | Path) -> dict[str, Any]:
