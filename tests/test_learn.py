@@ -211,6 +211,26 @@ def test_an_update_thread_that_dies_leaves_no_one_waiting(home, monkeypatch):
     assert current_model(t.learner.folder())[0] == path
 
 
+def test_a_failed_update_warns_at_the_tuning_call_not_in_threading(home, monkeypatch):
+    """The update runs in a background thread; its failure is said at the launch that tuned
+    (here learning_helpers.run), not at a frame of threading.py."""
+    import warnings
+
+    from costtune.model import learned
+
+    def fails(*args, **kwargs):
+        raise ValueError("disk full")
+
+    monkeypatch.setattr(learned, "update", fails)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        t = run(tuner(StepBench(), learn=True))
+        t.learner.wait()
+    (w,) = [w for w in seen if "was not updated" in str(w.message)]
+    assert "disk full" in str(w.message)
+    assert Path(w.filename).name == "learning_helpers.py", w.filename
+
+
 _FORK_SCRIPT = """
 import os, threading
 import torch

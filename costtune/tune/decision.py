@@ -103,16 +103,35 @@ def keep_count(top_k: int | float, n: int) -> int:
     return max(1, min(n, k))
 
 
-def warn(text: str) -> None:
-    """``warnings.warn(text, CosttuneWarning)`` pointing at the user's call (the first frame
-    outside costtune and triton) that never raises: under a filter that turns warnings into
-    errors (``python -W error``, pytest's ``filterwarnings = error``) the message goes to the
-    ``costtune`` logger instead of into the user's tuning call."""
-    frame, level = sys._getframe(0), 1
+def call_site() -> tuple[str, int, dict] | None:
+    """(file, line, module globals) of the user's call: the first frame outside costtune and
+    triton (None when there is none)."""
+    frame = sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in (
             "costtune", "triton"):
-        frame, level = frame.f_back, level + 1
+        frame = frame.f_back
+    return None if frame is None else (frame.f_code.co_filename, frame.f_lineno,
+                                       frame.f_globals)
+
+
+def warn(text: str, *, at: tuple[str, int, dict] | None = None) -> None:
+    """``warnings.warn(text, CosttuneWarning)`` pointing at the user's call (the first frame
+    outside costtune and triton, or ``at``, a ``call_site()`` taken earlier: a background
+    thread's warning points at the tuning call it follows) that never raises: under a filter
+    that turns warnings into errors (``python -W error``, pytest's ``filterwarnings = error``)
+    the message goes to the ``costtune`` logger instead of into the user's tuning call."""
     try:
+        if at is not None:
+            file, line, where = at
+            warnings.warn_explicit(text, CosttuneWarning, file, line,
+                                   module=where.get("__name__"),
+                                   registry=where.setdefault("__warningregistry__", {}),
+                                   module_globals=where)
+            return
+        frame, level = sys._getframe(0), 1
+        while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in (
+                "costtune", "triton"):
+            frame, level = frame.f_back, level + 1
         warnings.warn(text, CosttuneWarning, stacklevel=level)
     except Exception:
         log.warning("%s", text)

@@ -72,6 +72,7 @@ class Learner:
         self._updated: list[Path] = []
         self._skipped: list[str] = []
         self._gpu: str | None = None
+        self._site: tuple | None = None  # the last tuning call's (file, line, globals)
 
     @property
     def hash(self) -> str:
@@ -159,8 +160,10 @@ class Learner:
     def record(self, tuner: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         """Learn from the tuning ``tuner.run(*args, **kwargs)`` just did: its rows are read
         now, the models updated in the background (``wait``); never raises."""
+        from costtune.tune.decision import call_site
         from costtune.tune.harvest import tuning_rows
 
+        self._site = call_site()  # where a failure in the update thread is said to be
         try:
             if not self.learns:
                 self._skipped.append("the model was given as an object, not a name or path")
@@ -198,7 +201,7 @@ class Learner:
 
         self._skipped.append(f"{type(exc).__name__}: {exc}")
         warn(f"costtune: the per-kernel model of {self.name} was not updated "
-             f"({type(exc).__name__}: {exc})")
+             f"({type(exc).__name__}: {exc})", at=self._site)
 
 
 def _start_update(key: tuple[str, str], name: str) -> None:
