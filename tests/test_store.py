@@ -503,3 +503,53 @@ def test_an_implementation_name_loads_its_rows_from_the_family(tmp_path):
         warnings.simplefilter("error")  # none stored yet: empty, and no warning
         assert load_dataset(tmp_path, kernel="softmax_multirow").empty
         assert load_dataset(tmp_path, kernel="gemm_tma").empty
+
+
+def test_a_fresh_writer_reads_the_key_index_not_every_part(tmp_path, monkeypatch):
+    """The keys of a folder's parts are indexed at each append: a writer in a fresh process
+    reads no part to find what is stored, and still refuses a stored key."""
+    from costtune.store import dataset
+
+    for M in (64, 128, 256):
+        Store(tmp_path).append(gemm_rows(2, M=M), meta=META)
+    reads = []
+    real = dataset.read_part
+    monkeypatch.setattr(dataset, "read_part", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    with pytest.raises(ValueError, match="already stored"):
+        Store(tmp_path).append(gemm_rows(1, M=128), meta=META)
+    assert reads == []
+    assert Store(tmp_path).measured_keys("gemm") == {
+        (r["workload"], r["config"]) for M in (64, 128, 256) for r in gemm_rows(2, M=M)}
+    assert reads == []
+
+
+def test_a_torn_stale_or_foreign_key_index_is_not_trusted(tmp_path):
+    """The index saves reading parts, never decides what is stored: a torn index is read as
+    empty, a part whose size differs from its entry (rewritten) is read itself, an entry whose
+    part is gone holds nothing, and the next append writes the index afresh."""
+    from costtune.store import key_index
+
+    store = Store(tmp_path)
+    first = store.append(gemm_rows(1, M=64), meta=META)
+    second = store.append(gemm_rows(1, M=128), meta=META)
+    index = tmp_path / "gemm" / key_index.INDEX
+    assert set(key_index.read(index.parent)) == {first.name, second.name}
+    good = index.read_bytes()
+    index.write_bytes(b"ARROW1 torn")
+    with pytest.raises(ValueError, match="already stored"):
+        Store(tmp_path).append(gemm_rows(1, M=64), meta=META)  # read from the parts
+    assert set(key_index.read(index.parent)) == {first.name, second.name}  # rewritten
+
+    index.write_bytes(good)
+    df = pd.read_parquet(first)  # the first part rewritten in place with another row
+    rewritten = pd.DataFrame(gemm_rows(2, M=512)[1:2])
+    write_raw_part(first, rewritten.astype({c: df[c].dtype for c in df.columns
+                                            if c in rewritten}),
+                   {"schema_version": SCHEMA_VERSION, "kernel": "gemm", **META})
+    assert (rewritten["workload"][0], rewritten["config"][0]) in \
+        Store(tmp_path).measured_keys("gemm")
+
+    second.unlink()
+    assert (gemm_rows(1, M=128)[0]["workload"], gemm_rows(1, M=128)[0]["config"]) not in \
+        Store(tmp_path).measured_keys("gemm")
+    assert Store(tmp_path).append(gemm_rows(1, M=128), meta=META) is not None

@@ -14,6 +14,8 @@ checks the keys already stored and writes, so several processes (on one machine 
 filesystem) appending the same keys store each key once: the first wins, the others get an
 error, or with ``existing="skip"`` write only what is new. ``load`` raises when two parts hold
 the same key (unless ``dedupe="last"``): that can only come from parts written around the lock.
+``append`` also rewrites the folder's key index (``costtune.store.key_index``, a cache), so a
+writer in a fresh process reads one file, not every part, to find the keys stored.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from costtune.store import locks
+from costtune.store import key_index, locks
 from costtune.store.checks import KEY_COLUMNS, REQUIRED_COLUMNS, check_rows
 from costtune.store.parts import (
     META_KEY,
@@ -147,10 +149,11 @@ class Store:
             raise ValueError(f"meta may not set {clash}: the store writes them")
         payload = {"schema_version": SCHEMA_VERSION, "kernel": kernel, **(meta or {})}
         folder = self.root / kernel
-        lock = self._lock(kernel)
+        lock, found = self._lock(kernel), None
         try:
             self._clean_temp(folder)
-            stored = self._stored_keys(kernel)
+            found = self._part_keys(kernel)
+            stored = {key: path for path, (_, keys) in found.items() for key in keys}
             keys = list(zip(gpu_keys(df, payload.get("gpu")), df["workload"], df["config"],
                             strict=True))
             held = [i for i, key in enumerate(keys) if key in stored]
@@ -171,8 +174,13 @@ class Store:
             stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
             path = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
             write_atomic(table, path)
+            written = zip(gpu_keys(df, payload.get("gpu")), df["workload"], df["config"],
+                          strict=True)
+            found[path] = (path.stat().st_size, frozenset(written))
             return path
         finally:
+            if found is not None:  # what the next writer in a fresh process reads first
+                key_index.write(folder, {p.name: entry for p, entry in found.items()})
             lock.release()
 
     def claim(self, kernel: str, workload: str, *, gpu: str | None):
@@ -214,8 +222,8 @@ class Store:
         """(workload, config) pairs already stored for ``kernel`` on GPU model ``gpu`` (None:
         on any GPU): a resumed collection skips them. Failed configs count as measured: their
         status is the result. A missing root holds nothing."""
-        keys = self._stored_keys(kernel)
-        return {(w, c) for g, w, c in keys if gpu is None or g == gpu}
+        return {(w, c) for _, keys in self._part_keys(kernel).values() for g, w, c in keys
+                if gpu is None or g == gpu}
 
     # ---------------------------------------------------------------------------- helpers
     def _lock(self, kernel: str):
@@ -238,29 +246,36 @@ class Store:
                 continue
         return removed
 
-    def _stored_keys(self, kernel: str) -> dict[tuple[str, str, str], Path]:
-        out: dict[tuple[str, str, str], Path] = {}
-        skipped = []
+    def _part_keys(self, kernel: str) -> dict[Path, tuple[int, frozenset]]:
+        """Each readable part -> (its size, its (GPU, workload, config) keys): from this
+        process's cache, else the folder's key index (``store.key_index``), else the part."""
+        found: dict[Path, tuple[int, frozenset]] = {}
+        skipped, index = [], None
         for path in self.parts(kernel):
             try:
                 st = path.stat()
                 cache_key = (path, st.st_mtime_ns, st.st_size)
                 keys = self._keys_cache.get(cache_key)
                 if keys is None:
-                    df, meta = read_part(path, columns=[*KEY_COLUMNS, "gpu"], in_layout=True)
-                    keys = set(zip(gpu_keys(df, meta.get("gpu")), df["workload"],
-                                   df["config"], strict=True))
+                    if index is None:
+                        index = key_index.read(path.parent)
+                    size, keys = index.get(path.name, (None, None))
+                    if size != st.st_size:
+                        df, meta = read_part(path, columns=[*KEY_COLUMNS, "gpu"],
+                                             in_layout=True)
+                        keys = frozenset(zip(gpu_keys(df, meta.get("gpu")), df["workload"],
+                                             df["config"], strict=True))
                     self._keys_cache[cache_key] = keys
             except StoreError as exc:
                 if self.on_bad_part == "error":
                     raise
                 skipped.append(str(exc))
                 continue
-            out.update(dict.fromkeys(keys, path))
+            found[path] = (st.st_size, keys)
         if skipped:
             warnings.warn(f"skipped {len(skipped)} bad part(s): " + "; ".join(skipped),
                           StoreWarning, stacklevel=3)
-        return out
+        return found
 
     def _warn_strays(self) -> None:
         strays = self.strays()
