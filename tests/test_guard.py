@@ -202,6 +202,27 @@ def test_check_keeps_a_wrong_config_from_winning(check):
     assert any("check= rejected 1 config" in m and wrong in m for m in ours(caught))
 
 
+def test_a_split_vote_says_it_could_not_decide():
+    """Two configs wrong alike and two right: no majority, no reference, so nothing can be
+    rejected; the tuning says so (every time) and names the way out."""
+    configs = [triton.Config({"BLOCK": 16, "BUG": 1}), triton.Config({"BLOCK": 32, "BUG": 1}),
+               triton.Config({"BLOCK": 64, "BUG": 0}), triton.Config({"BLOCK": 128, "BUG": 0})]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuner = scale_tuner(configs, Bench(), check=True)
+        run_scale(tuner)
+        run_scale(tuner, n=200)
+    said = [m for m in ours(caught) if "could not tell right outputs from wrong" in m]
+    assert len(said) == 2 and "groups of 2, 2" in said[0] and "reference" in said[0]
+    assert tuner.rejected == {}
+    with warnings.catch_warnings(record=True) as caught:  # a reference decides
+        warnings.simplefilter("always")
+        tuner = scale_tuner(configs, Bench(), check={"reference": lambda a: 2 * a["x"]})
+        x, out = run_scale(tuner)
+    assert torch.allclose(out, 2 * x) and len(tuner.rejected) == 2
+    assert not [m for m in ours(caught) if "could not tell" in m]
+
+
 def test_check_rejects_nan_without_a_majority():
     """Two configs, one NaN: no majority, but NaN where the other is finite cannot win."""
     configs = [triton.Config({"BLOCK": 16, "BUG": 2}), triton.Config({"BLOCK": 32, "BUG": 0})]

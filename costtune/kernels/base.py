@@ -123,14 +123,16 @@ INPUT_NAMES: dict[str, Names] = {
 # A GEMM's second operand (K x N, or N x K for x @ w.t()), by the names kernels give it.
 GEMM_B_NAMES: Names = Names(("b", "b_ptr", "b_desc", "desc_b", "arg_B", "y", "y_ptr", "w",
                              "w_ptr", "weight", "weight_ptr"))
-# Triton launch options besides num_warps / num_stages, with their neutral values.
-LAUNCH_OPTION_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None}
+# Triton launch options besides num_warps / num_stages, with their neutral values
+# (``ir_override``: a .ttgir/.ptx file compiled in place of the kernel's own IR).
+LAUNCH_OPTION_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None, "ir_override": None}
 # Config knobs that kernels tune and no family model has learned (its data holds none):
 # recognised, passed to Triton unchanged and never a reason to give up on a kernel.
 KNOWN_KNOBS: tuple[str, ...] = (
     "GROUP_SIZE_M", "GROUP_M", "GROUP_SIZE", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE",
     "warp_specialize", "FLATTEN", "TMA", "USE_TMA", "NUM_SMS", "NUM_CTAS", "num_ctas",
-    "maxnreg", "NUM_STAGES", "EVEN_K", "ONE_TILE_PER_CTA", "NUM_BUFFERS", "NUM_CONSUMER_GROUPS")
+    "maxnreg", "ir_override", "NUM_STAGES", "EVEN_K", "ONE_TILE_PER_CTA", "NUM_BUFFERS",
+    "NUM_CONSUMER_GROUPS")
 
 # What a kernel's name says it computes (``re.search`` on the lower-cased name).
 NAME_PATTERNS: dict[str, str] = {

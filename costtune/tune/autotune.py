@@ -51,15 +51,13 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
     ``kernel.learner.wait()``), and ranks with it from then on (``tune.learn``).
 
     ``cache_results=True`` (Triton's option) stores each tuning's timings on disk; a later
-    process with the same key, configs and model benchmarks nothing (the list costtune
-    keeps, which Triton's cache key hashes, is the same in every process). costtune stores
-    its kept list beside them (``tune.kept_cache``, keyed by the kernel, tuning key, configs,
-    pruner options and model files), so such a process does not prune either: the pruner
-    never runs and no model loads (nor, once a kept list of the kernel was stored, is it
-    preloaded); ``tuner.kept_from_cache`` says whether it did. ``ranks``: under
-    ``torch.distributed``, ``"rank0"`` makes rank 0 tune each new key and broadcast its
-    choice, which every other rank launches (each must make the same tuning calls in the same
-    order); ``"each"`` (default) lets every rank tune on its own (``tune.ranks``).
+    process with the same key, configs and model benchmarks nothing, and costtune stores its
+    kept list beside them (``tune.kept_cache``: kernel, tuning key, configs, pruner options,
+    model files), so such a process does not prune either: no model loads (nor, once a kept
+    list of the kernel was stored, is it preloaded); ``tuner.kept_from_cache`` says so.
+    ``ranks``: under ``torch.distributed``, ``"rank0"`` makes rank 0 tune each new key and
+    broadcast its choice, which every other rank launches (each must make the same tuning
+    calls in the same order); ``"each"`` (default) lets every rank tune on its own.
 
     >>> import triton, costtune
     >>> @costtune.autotune(configs=[triton.Config({"BLOCK_N": 1024})], key=["rows", "cols"],
@@ -82,6 +80,7 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
         from costtune.tune.preload import start_warm
         from costtune.tune.tuner import SafeAutotuner
 
+        _check_key(key, fn)
         # One pruner per kernel: its warnings and caches belong to that kernel.
         kw = prune_kw
         if "preload" not in kw and not learn and _kept_list_stored(fn, triton_kw):
@@ -97,6 +96,15 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *, top_k: int | float |
                              ranks=ranks, **rest)
 
     return decorator
+
+
+def _check_key(key: Any, fn: Any) -> None:
+    """A ValueError naming what is wrong with ``key`` for ``fn`` (a name no argument has)."""
+    from costtune.tune.decision import key_problem
+
+    wrong = key_problem(key, getattr(fn, "arg_names", ()))
+    if wrong:
+        raise ValueError(wrong)
 
 
 def _kept_list_stored(fn: Any, triton_kw: dict[str, Any]) -> bool:

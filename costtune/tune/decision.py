@@ -92,6 +92,70 @@ def distinct(order: Any, keys: Any) -> tuple[np.ndarray, int]:
     return order[keep], int(len(order) - len(keep))
 
 
+def with_hooks(keys: Any, configs: Any) -> list[str]:
+    """``keys`` told apart where Triton's ``Config.__eq__`` tells the configs apart and the
+    canonical key (``str`` of each value) does not: the ``pre_hook`` a config runs, and a
+    string value against a number of the same text (``ACT="1"`` and ``ACT=1`` specialize the
+    kernel differently)."""
+    out = []
+    for key, c in zip(keys, configs, strict=True):
+        texts = sorted(k for k, v in c.kwargs.items() if isinstance(v, str))
+        hook = getattr(c, "pre_hook", None)
+        out.append(key + (f"|str:{','.join(texts)}" if texts else "")
+                   + (f"|pre_hook@{id(hook)}" if hook else ""))
+    return out
+
+
+def key_problem(key: Any, arg_names: Any) -> str | None:
+    """What is wrong with an autotune ``key`` for a kernel of ``arg_names`` (None: nothing):
+    Triton skips a key name that is no argument, so the kernel is never re-tuned when the
+    size meant by it changes."""
+    if isinstance(key, str):
+        return f"autotune key must be a list of argument names, got the string {key!r}"
+    missing = [k for k in key if k not in arg_names]
+    if missing:
+        return (f"autotune key {missing} names no argument of the kernel (its arguments: "
+                f"{', '.join(arg_names)}); Triton ignores it, so the kernel is not re-tuned "
+                "when that size changes")
+    return None
+
+
+def key_notes(tuner: Any) -> list[tuple[str, str]]:
+    """A "key" note when the tuner's ``key`` names no argument of its kernel."""
+    keys, names = getattr(tuner, "keys", None), getattr(tuner, "arg_names", None)
+    problem = key_problem(keys, names) if keys and names else None
+    return [("key", problem)] if problem else []
+
+
+def tie_order(scores: Any, configs: Any) -> np.ndarray:
+    """Positions by score (higher first, NaN last); configs the model scores alike (variants
+    in a knob it does not know) by their values, the same whatever the list's order: a
+    value left at its default (maxnreg None) first, then numbers ascending (2 before 16),
+    then text.
+
+    >>> import triton
+    >>> cs = [triton.Config({"G": g}, maxnreg=r) for g, r in ((16, None), (2, 128), (2, None))]
+    >>> tie_order([0.5, 0.5, 0.5], cs).tolist()
+    [2, 1, 0]
+    """
+    scores = np.asarray(scores, dtype=float)
+    values = [{**dict(c.kwargs), "num_warps": c.num_warps, "num_stages": c.num_stages,
+               **{k: getattr(c, k, None) for k in ("num_ctas", "maxnreg", "ir_override")}}
+              for c in configs]
+    names = sorted({n for v in values for n in v})
+
+    def natural(v: Any) -> tuple:
+        if v is None:
+            return (0, 0.0, "")
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return (1, float(v), "")
+        return (2, 0.0, repr(v))
+
+    keys = [tuple(natural(v.get(n)) for n in names) for v in values]
+    primary = np.where(np.isnan(scores), np.inf, -scores)
+    return np.array(sorted(range(len(keys)), key=lambda i: (primary[i], keys[i])), dtype=int)
+
+
 def keep_count(top_k: int | float, n: int) -> int:
     """Configs to keep of ``n``: a float in (0, 1] is a fraction (rounded up), else a count;
     always between 1 and ``n``.
@@ -182,11 +246,13 @@ def warn_once(warned: set[str], notes: list[tuple[str, str]], outcome: str) -> l
     return [text]
 
 
-def tuning_report(kept: int, failed: dict[str, str], wrong: dict[str, str], good: int) -> str:
+def tuning_report(kept: int, failed: dict[str, str], wrong: dict[str, str], good: int,
+                  undecided: str = "") -> str:
     """What ``costtune.autotune`` says after a tuning call's benchmarks ("" for nothing):
     configs that could not run (``failed``: config text -> why), outputs ``check=`` rejected,
-    ``good`` of ``kept`` configs that ran and were right."""
-    parts = []
+    ``good`` of ``kept`` configs that ran and were right, and a vote that could not decide
+    (``undecided``: ``OutputGuard.undecided``)."""
+    parts = [undecided] if undecided else []
     if failed:
         shown = "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:3])
         parts.append(f"{len(failed)} config(s) could not run and were replaced by the "

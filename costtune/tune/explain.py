@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from costtune.tune.decision import tie_order
 from costtune.tune.kind import KernelKind, heuristic_rules, python_function
 from costtune.tune.launch import (
     Launch,
@@ -302,8 +303,8 @@ def _fill(out: Explanation, launch: Launch, configs: Sequence[Any]) -> None:
                             for p in launch.by_rule}
     out.knobs = {n: _values(configs, n) for n in launch.knobs}
     out.unknown = {n: _values(configs, n) for n in launch.unknown}
-    for option in ("num_ctas", "maxnreg"):
-        values = sorted({launch_options(c).get(option) for c in configs}, key=repr)
+    for option, neutral in (("num_ctas", 1), ("maxnreg", None), ("ir_override", None)):
+        values = sorted({launch_options(c).get(option, neutral) for c in configs}, key=repr)
         if len(values) > 1:
             out.knobs[option] = values
 
@@ -318,7 +319,8 @@ def _ranking(configs: Sequence[Any], kept: Sequence[Any], scores: Any) -> list[R
     taken = set(first)
     rest = [i for i in range(len(configs)) if i not in taken]
     if scores is not None:
-        rest.sort(key=lambda i: (-float(scores[i]), config_key(configs[i])))
+        rest = [rest[j] for j in tie_order([scores[i] for i in rest],
+                                            [configs[i] for i in rest])]  # as pruned
     return [Ranked(n + 1, config_key(configs[i]),
                    math.nan if scores is None else float(scores[i]), n < len(first))
             for n, i in enumerate(first + rest)]

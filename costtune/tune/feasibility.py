@@ -264,12 +264,16 @@ def with_launch_traits(traits: Mapping[str, np.ndarray], args: Mapping[str, Any]
 
 
 def over_limit_at(launch: Any, columns: Mapping[str, np.ndarray], ok: np.ndarray, *,
-                  args: Mapping[str, Any], traits: Mapping[str, np.ndarray], target: Target
-                  ) -> dict[int, str]:
+                  args: Mapping[str, Any], traits: Mapping[str, np.ndarray], target: Target,
+                  stages: int | str | None = None) -> dict[int, str]:
     """``over_shared_limit`` for the configs at positions ``ok`` of a described launch
-    (``columns`` and ``traits`` over the whole list, the call's ``args``), keyed by position."""
+    (``columns`` and ``traits`` over the whole list, the call's ``args``), keyed by position.
+    ``stages``: ``features.pipelining.dot_stages`` of the kernel; an int is how deep its dots'
+    operands are buffered whatever the config's num_stages (1: not pipelined)."""
     if not len(ok):
         return {}
+    if isinstance(stages, int):
+        columns = {**columns, "num_stages": np.full(len(columns["num_stages"]), float(stages))}
     over = over_shared_limit(
         launch.family, launch.problem, launch.dtype, {c: v[ok] for c, v in columns.items()},
         aligned=operand_alignment(launch.family, args), target=target,

@@ -105,9 +105,13 @@ def spread_order(order: Sequence[int], *, known_keys: Sequence[Hashable],
     return np.asarray(out, dtype=int)
 
 
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)  # "1" beside 1
+
+
 def knob_message(knobs: dict[str, list[Any]]) -> str:
     """The one warning's text for ``unknown_knobs``' result."""
-    names = ", ".join(f"{name} ({', '.join(map(str, vals[:6]))}{', ...' if len(vals) > 6 else ''})"
-                      for name, vals in knobs.items())
+    names = ", ".join(f"{name} ({', '.join(map(_shown, vals[:6]))}"
+                      f"{', ...' if len(vals) > 6 else ''})" for name, vals in knobs.items())
     return (f"the cost model does not know {names}: configs that differ only there rank "
             "alike, so each distinct config is kept once and those values are varied across them")

@@ -164,7 +164,7 @@ def family_params(family: str, configs: Sequence[Any], *, rename: Mapping[str, s
     meta = dict(meta or {})
     out = []
     for i, c in enumerate(configs):
-        kw = {rename.get(k, k): v for k, v in c.kwargs.items()}
+        kw = {rename.get(k, k): unwrapped(v) for k, v in c.kwargs.items()}
         ruled = set_by_rules[i] if set_by_rules is not None else {}
         kw.update(ruled or {})
         missing = [p for p in required if p not in kw and p not in meta]
@@ -178,6 +178,13 @@ def family_params(family: str, configs: Sequence[Any], *, rename: Mapping[str, s
         d["num_stages"] = kw.get("num_stages", c.num_stages)
         out.append(d)
     return out
+
+
+def unwrapped(value: Any) -> Any:
+    """A config value as the kernel gets it: ``tl.constexpr(64)`` is 64 (Triton's JIT unwraps
+    it at the launch)."""
+    return value.value if type(value).__name__ == "constexpr" and hasattr(value, "value") \
+        else value
 
 
 def launch_params(launch: Any, configs: Sequence[Any]) -> list[dict[str, Any]]:

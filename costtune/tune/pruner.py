@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from costtune.features.pipelining import dot_stages
 from costtune.hardware import current
 from costtune.tune import feasibility
 from costtune.tune.decision import (
@@ -53,7 +54,10 @@ from costtune.tune.decision import (
     distinct,
     keep_count,
     keep_launchable,
+    key_notes,
+    tie_order,
     warn_once,
+    with_hooks,
 )
 from costtune.tune.kind import calling_tuner
 from costtune.tune.knobs import knob_message, knob_split, spread_order
@@ -129,7 +133,8 @@ class ConfigPruner:
     def __call__(self, configs: Sequence[Any], named_args: Mapping[str, Any],
                  **kwargs: Any) -> list[Any]:
         start = time.perf_counter()
-        notes: list[tuple[str, str]] = []
+        tuner = self.kernel or calling_tuner()
+        notes: list[tuple[str, str]] = key_notes(tuner)
         self._launch_keys: list[str] = []  # set where triton.heuristics change configs
         given, barred = configs, set()
         if self.user_prune is not None:
@@ -144,7 +149,8 @@ class ConfigPruner:
         decision.filtered = max(0, len(barred) + len(given) - len(configs))
         decision.configs = configs if configs is not given else None
         same = self._launch_keys if len(self._launch_keys) == len(configs) else None
-        order, decision.duplicates = distinct(order, same or self.config_keys(configs))
+        order, decision.duplicates = distinct(order, with_hooks(same or self.config_keys(configs),
+                                                                configs))
         if decision.duplicates:  # a repeated config takes one slot, not several
             decision.k = min(decision.k, len(order))
             decision.kept = [self._keys[i] for i in order[: decision.k]]
@@ -154,7 +160,7 @@ class ConfigPruner:
         decision.notes = list(dict.fromkeys(notes))
         upto = "up to " if self.adaptive else ""  # the loop may stop early
         # Once per kernel and reason: one prune_configs_by(...) dict may serve several kernels.
-        warned = self._warned.setdefault(id(self.kernel or calling_tuner()), set())
+        warned = self._warned.setdefault(id(tuner), set())
         decision.warnings = warn_once(warned, notes,
                                       f"benchmarking {upto}{len(kept)} of {len(configs)} configs")
         decision.elapsed_ms = (time.perf_counter() - start) * 1e3
@@ -226,8 +232,8 @@ class ConfigPruner:
         ok = np.array([i for i in alive if i not in invalid], dtype=int)
         traits = (self._traits if not launch.rules else  # rules may set warp_specialize
                   feasibility.launch_traits(configs, launched_values(launch, configs)))
-        more.update(feasibility.over_limit_at(launch, columns, ok, args=args,
-                                              traits=traits, target=current()))
+        more.update(feasibility.over_limit_at(launch, columns, ok, args=args, traits=traits,
+                                              target=current(), stages=dot_stages(self._tuned)))
         if more:
             refused.update(more)
             if len(refused) == len(allowed):
@@ -264,7 +270,6 @@ class ConfigPruner:
               refused: dict[int, str], notes: list[tuple[str, str]]
               ) -> tuple[PruneDecision, np.ndarray]:
         """Score the configs that can launch, widen k on doubts, spread untold knobs."""
-        from costtune.evaluate.metrics import rank_positions
         from costtune.features.source import attach_source
         from costtune.features.static import static_features_for
         from costtune.tune.ranking import score, uses_source
@@ -279,7 +284,7 @@ class ConfigPruner:
             features, unread = attach_source(features, self._tuned)
             doubts = [*doubts, *unread]
         live_scores = score(model, features)
-        sub_order = rank_positions(live_scores, keys[alive])
+        sub_order = tie_order(live_scores, [configs[i] for i in alive])
         launched = launched_values(launch, configs)  # what rules leave of config values
         if launched is not None:  # configs that launch alike are benchmarked once
             self._launch_keys = [values_key(v) for v in launched]

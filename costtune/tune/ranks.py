@@ -52,23 +52,29 @@ def tuning_key(arg_names: Sequence[str], keys: Sequence[str], args: tuple,
     return tuple(key)
 
 
-def choice(config: Any) -> dict[str, Any] | None:
-    """What rank 0 broadcasts: the config's canonical key and values (no pre_hook: the other
-    ranks take theirs from their own config list)."""
+def choice(config: Any, configs: Sequence[Any] = ()) -> dict[str, Any] | None:
+    """What rank 0 broadcasts: the config's canonical key, values and position in ``configs``
+    (no pre_hook: the other ranks take theirs from their own config list, at that position
+    where the key matches there: configs alike but for their pre_hook share a key)."""
     if config is None:
         return None
-    return {"key": config_key(config), "kwargs": dict(config.kwargs),
+    position = next((i for i, c in enumerate(configs) if c is config), None)
+    return {"key": config_key(config), "kwargs": dict(config.kwargs), "position": position,
             **{name: getattr(config, name, None)
-               for name in ("num_warps", "num_stages", "num_ctas", "maxnreg")}}
+               for name in ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override")}}
 
 
 def config_from(sent: dict[str, Any], configs: Sequence[Any]) -> Any:
-    """The config of ``configs`` with the broadcast key (its pre_hook included), else one
-    built from the broadcast values."""
+    """The config of ``configs`` at the broadcast position, else the first with the broadcast
+    key (its pre_hook included), else one built from the broadcast values."""
+    position = sent.get("position")
+    if position is not None and position < len(configs) and config_key(
+            configs[position]) == sent["key"]:
+        return configs[position]
     for config in configs:
         if config_key(config) == sent["key"]:
             return config
     from triton import Config
 
     return Config(sent["kwargs"], **{k: v for k, v in sent.items()
-                                     if k not in ("key", "kwargs") and v is not None})
+                                     if k not in ("key", "kwargs", "position") and v is not None})

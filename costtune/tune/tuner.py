@@ -102,7 +102,7 @@ class SafeAutotuner(Trying, Autotuner):
             try:
                 return self._run(*args, **kwargs)
             finally:  # also when tuning failed: the other ranks must not wait forever
-                box[0] = choice(self.cache.get(key))
+                box[0] = choice(self.cache.get(key), self.configs)
                 dist.broadcast_object_list(box, src=0)
         dist.broadcast_object_list(box, src=0)
         if box[0] is None:
@@ -191,7 +191,7 @@ class SafeAutotuner(Trying, Autotuner):
             guard.restore()
         wrong = guard.judge()
         good = {c: t for c, t in timings.items() if config_text(c) not in wrong}
-        self._report(list(timings), {}, wrong, list(good))
+        self._report(list(timings), {}, wrong, list(good), guard.undecided())
         if good:
             self.configs_timings = good
             self.cache[tuning_key] = min(good, key=good.get)
@@ -252,7 +252,8 @@ class SafeAutotuner(Trying, Autotuner):
                 guard.restore()
         wrong = guard.judge() if guard is not None else {}
         good = [c for c in ran if config_text(c) not in wrong]
-        self._report(ran if adaptive and ran else kept, failed, wrong, good)
+        self._report(ran if adaptive and ran else kept, failed, wrong, good,
+                     guard.undecided() if guard is not None else "")
         decision = self._decision()
         if good and self.rejected and not adaptive and decision is not None:
             pool = decision.configs or self.configs  # what stood, in rank order
@@ -264,14 +265,14 @@ class SafeAutotuner(Trying, Autotuner):
         return good or finite or ran or kept
 
     def _report(self, kept: list[Any], failed: dict[str, str], wrong: dict[str, str],
-                good: list[Any]) -> None:
+                good: list[Any], undecided: str = "") -> None:
         self.rejected = {**failed, **{k: f"wrong output: {v}" for k, v in wrong.items()}}
         decision = self._decision()
         if decision is not None:
             decision.replaced = dict(self.rejected)
-        text = tuning_report(len(kept), failed, wrong, len(good))
-        # Rejected outputs are named every time; failures once per kernel.
-        if text and (wrong or "failed" not in self._warned):
+        text = tuning_report(len(kept), failed, wrong, len(good), undecided)
+        # Rejected or undecided outputs are said every time; failures once per kernel.
+        if text and (wrong or undecided or "failed" not in self._warned):
             self._warned.add("failed")
             if decision is not None:
                 decision.warnings.append(text)
