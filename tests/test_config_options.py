@@ -2,13 +2,15 @@
 pruning hook reads them (twenty-fifth session's review): configs Triton tells apart by their
 pre_hook, ir_override or a value's type are not merged; tl.constexpr values are sizes; the
 shared-memory floor assumes num_stages buffers only where the kernel pipelines its dots;
-variants the model cannot tell apart keep the list's order; a key naming no argument is
-said; rank 0's broadcast picks the same config. Pruner calls on meta tensors (no launch)."""
+variants the model cannot tell apart go by their values (a default first); a key naming no
+argument is said; rank 0's broadcast picks the same config. Pruner calls on meta tensors (no
+launch)."""
 
 from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import triton
@@ -71,6 +73,26 @@ def unrolled(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     tl.store(c + rm[:, None] * N + rn[None, :], acc)
 
 
+@triton.jit
+def _dot_of(x, y):
+    return tl.dot(x, y)
+
+
+@triton.jit
+def helper_twice(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
+    """One dot helper called outside any loop, then inside a pipelined one."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = _dot_of(tl.load(a + rm[:, None] * K + rk[None, :]),
+                  tl.load(b + rk[:, None] * N + rn[None, :]))
+    for k0 in range(BLOCK_K, K, BLOCK_K):
+        acc += _dot_of(tl.load(a + rm[:, None] * K + k0 + rk[None, :]),
+                       tl.load(b + (k0 + rk[:, None]) * N + rn[None, :]))
+    tl.store(c + rm[:, None] * N + rn[None, :], acc)
+
+
 def _meta(*shape, dtype=torch.float16):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
@@ -129,7 +151,7 @@ def test_constexpr_wrapped_sizes_are_sizes():
 
 
 @pytest.mark.parametrize("kernel, stages", [(looped, CONFIG), (one_k_tile, 1), (pinned, 1),
-                                            (unrolled, 1)])
+                                            (unrolled, 1), (helper_twice, CONFIG)])
 def test_how_deep_a_kernels_dots_are_buffered_is_read_from_its_source(kernel, stages):
     assert dot_stages(kernel) == stages
 
@@ -156,6 +178,14 @@ def test_variants_the_model_cannot_tell_apart_keep_the_default_then_ascending_va
     for order in (configs, configs[::-1]):
         kept, _, _ = prune(looped, order, top_k=2)
         assert [c.maxnreg for c in kept] == [None, 96]
+    as_numpy = [triton.Config(tile(GROUP=np.int64(g)), num_warps=8, num_stages=3)
+                for g in (16, 2, 8, 4)]  # and numbers of other types: as numbers
+    kept, _, _ = prune(looped, as_numpy, top_k=2)
+    assert [int(c.kwargs["GROUP"]) for c in kept] == [2, 4]
+    wrapped = [triton.Config(tile(GROUP=tl.constexpr(g)), num_warps=8, num_stages=3)
+               for g in (16, 2, 8, 4)]
+    kept, _, _ = prune(looped, wrapped, top_k=2)
+    assert [c.kwargs["GROUP"].value for c in kept] == [2, 4]
 
 
 def test_a_key_naming_no_argument_is_an_error_in_costtune_autotune_and_said_by_the_hook():

@@ -410,17 +410,15 @@ def test_untrained_rule_holds_after_stage_two(monkeypatch):
     (here a stand-in stage 2 that moves every untrained config to the front)."""
     import numpy as np
 
-    from costtune.tune.pruner import ConfigPruner
-
     def untrained(p):
         return p["BLOCK_M"] * p["BLOCK_N"] > 256 * 32 * p["num_warps"]
 
-    def stage2(self, launch, params, features, keys, order, decision, notes, *_):
+    def stage2(pruner, launch, params, features, keys, order, decision, notes, *_):
         first = [j for j in order if untrained(params[j])]  # wherever stage 1 ranked them
         decision.stage2 = True
         return np.array(first + [j for j in order if j not in first])
 
-    monkeypatch.setattr(ConfigPruner, "_stage2", stage2)
+    monkeypatch.setattr("costtune.tune.stage2.rerank", stage2)
     pruner = costtune.prune_configs_by("h200", 8, family="gemm", two_stage=True,
                                        widen=8)["early_config_prune"]
     kept = pruner(UNFILTERED, gemm_args(4096, 4096, 4096))

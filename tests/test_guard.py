@@ -223,6 +223,59 @@ def test_a_split_vote_says_it_could_not_decide():
     assert not [m for m in ours(caught) if "could not tell" in m]
 
 
+def test_a_split_vote_counts_only_the_configs_left_after_nan_is_rejected():
+    configs = [triton.Config({"BLOCK": 16, "BUG": 2}),
+               triton.Config({"BLOCK": 32, "BUG": 1}), triton.Config({"BLOCK": 64, "BUG": 1}),
+               triton.Config({"BLOCK": 128, "BUG": 0}), triton.Config({"BLOCK": 256, "BUG": 0})]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuner = scale_tuner(configs, Bench(), check=True)
+        run_scale(tuner)
+    (said,) = [m for m in ours(caught) if "could not tell" in m]
+    assert "the 4 configs left disagree, in groups of 2, 2" in said
+    assert list(tuner.rejected) == ["BLOCK=16,BUG=2,num_warps=4,num_stages=3"]
+
+
+@triton.jit
+def _accumulate(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.atomic_add(out + offs, tl.load(x + offs, mask=mask) * 2.0, mask=mask)  # out zeroed first
+
+
+def _zero_out(nargs):
+    nargs["out"].zero_()
+
+
+class _LastFastest:
+    """do_bench: the n-th config benchmarked takes 10 - n ms (the last one wins)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, fn, quantiles=None):
+        self.calls += 1
+        fn()
+        return [10.0 - self.calls] * 3
+
+
+def test_check_judges_configs_alike_but_for_their_pre_hook_apart():
+    """The config that forgot its pre_hook (out not zeroed) is its own voter: out-voted and
+    rejected, not taken for the one with the hook."""
+    configs = [triton.Config({"BLOCK": b}, pre_hook=_zero_out) for b in (16, 32, 64)]
+    configs.append(triton.Config({"BLOCK": 16}))
+    tuner = costtune.autotune(configs, key=["n"], do_bench=_LastFastest(), check=True)(
+        _accumulate)
+    n, x = 100, torch.randn(100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            out = torch.full((n,), 7.0)
+            tuner[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+    assert tuner.best_config.pre_hook is _zero_out and torch.allclose(out, 2 * x)
+    assert len(tuner.rejected) == 1 and "pre_hook" not in next(iter(tuner.rejected))
+
+
 def test_check_rejects_nan_without_a_majority():
     """Two configs, one NaN: no majority, but NaN where the other is finite cannot win."""
     configs = [triton.Config({"BLOCK": 16, "BUG": 2}), triton.Config({"BLOCK": 32, "BUG": 0})]

@@ -505,30 +505,33 @@ def test_an_implementation_name_loads_its_rows_from_the_family(tmp_path):
         assert load_dataset(tmp_path, kernel="gemm_tma").empty
 
 
-def test_a_fresh_writer_reads_the_key_index_not_every_part(tmp_path, monkeypatch):
-    """The keys of a folder's parts are indexed at each append: a writer in a fresh process
-    reads no part to find what is stored, and still refuses a stored key."""
-    from costtune.store import dataset
+def test_a_fresh_writer_reads_the_key_index_and_only_newer_parts(tmp_path, monkeypatch):
+    """Once ``EVERY`` parts are outside the folder's key index an append rewrites it: a
+    writer in a fresh process reads only the parts written since, and still refuses a stored
+    key."""
+    from costtune.store import dataset, key_index
 
-    for M in (64, 128, 256):
-        Store(tmp_path).append(gemm_rows(2, M=M), meta=META)
+    monkeypatch.setattr(key_index, "EVERY", 3)
+    parts = [Store(tmp_path).append(gemm_rows(2, M=M), meta=META) for M in (64, 128, 256, 512)]
+    assert set(key_index.read(tmp_path / "gemm")) == {p.name for p in parts[:3]}
     reads = []
     real = dataset.read_part
     monkeypatch.setattr(dataset, "read_part", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
     with pytest.raises(ValueError, match="already stored"):
         Store(tmp_path).append(gemm_rows(1, M=128), meta=META)
-    assert reads == []
+    assert reads == [parts[3]]
     assert Store(tmp_path).measured_keys("gemm") == {
-        (r["workload"], r["config"]) for M in (64, 128, 256) for r in gemm_rows(2, M=M)}
-    assert reads == []
+        (r["workload"], r["config"]) for M in (64, 128, 256, 512) for r in gemm_rows(2, M=M)}
 
 
-def test_a_torn_stale_or_foreign_key_index_is_not_trusted(tmp_path):
+def test_a_torn_stale_or_foreign_key_index_is_not_trusted(tmp_path, monkeypatch):
     """The index saves reading parts, never decides what is stored: a torn index is read as
-    empty, a part whose size differs from its entry (rewritten) is read itself, an entry whose
-    part is gone holds nothing, and the next append writes the index afresh."""
+    empty; a part torn in place (same name, same size: only its time differs) is read itself
+    and named; an entry whose part is gone holds nothing; keys the index cannot hold (a foreign
+    part's integer workloads) leave it unwritten and the append done."""
     from costtune.store import key_index
 
+    monkeypatch.setattr(key_index, "EVERY", 1)
     store = Store(tmp_path)
     first = store.append(gemm_rows(1, M=64), meta=META)
     second = store.append(gemm_rows(1, M=128), meta=META)
@@ -538,18 +541,23 @@ def test_a_torn_stale_or_foreign_key_index_is_not_trusted(tmp_path):
     index.write_bytes(b"ARROW1 torn")
     with pytest.raises(ValueError, match="already stored"):
         Store(tmp_path).append(gemm_rows(1, M=64), meta=META)  # read from the parts
-    assert set(key_index.read(index.parent)) == {first.name, second.name}  # rewritten
 
     index.write_bytes(good)
-    df = pd.read_parquet(first)  # the first part rewritten in place with another row
-    rewritten = pd.DataFrame(gemm_rows(2, M=512)[1:2])
-    write_raw_part(first, rewritten.astype({c: df[c].dtype for c in df.columns
-                                            if c in rewritten}),
-                   {"schema_version": SCHEMA_VERSION, "kernel": "gemm", **META})
-    assert (rewritten["workload"][0], rewritten["config"][0]) in \
+    size = first.stat().st_size
+    with open(first, "r+b") as f:  # torn in place: data pages zeroed, the size unchanged
+        f.seek(4)
+        f.write(b"\0" * (size - 4 - 2048))
+    assert first.stat().st_size == size
+    with pytest.raises(StoreError, match=first.name):
         Store(tmp_path).measured_keys("gemm")
+    first.unlink()
 
     second.unlink()
     assert (gemm_rows(1, M=128)[0]["workload"], gemm_rows(1, M=128)[0]["config"]) not in \
         Store(tmp_path).measured_keys("gemm")
+
+    foreign = tmp_path / "gemm" / "part-20250101T000000.000000Z-0badf00d.parquet"
+    write_raw_part(foreign, pd.DataFrame([{**gemm_rows(1, M=999)[0], "workload": 7}]),
+                   {"schema_version": SCHEMA_VERSION, "kernel": "gemm", **META})
     assert Store(tmp_path).append(gemm_rows(1, M=128), meta=META) is not None
+    assert len(Store(tmp_path).load("gemm")) == 3  # the foreign row and two of M=128

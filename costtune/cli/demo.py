@@ -167,11 +167,12 @@ def _kept_table(title: str, rows: list[tuple[str, ...]]) -> Any:
 def _data_summary(tuner: Any, d: Any, speeds: dict[str, float], family_keys: list[str],
                   positions: list[int]) -> str:
     """What the H200 dataset says about this pruning: where its fastest config ranked."""
-    from costtune.tune.decision import tie_order
+    from costtune.evaluate.metrics import rank_positions
+    from costtune.tune.decision import tie_keys
 
     if not speeds or d.scores is None:
         return "H200 dataset: this shape was not measured."
-    order = tie_order(d.scores, tuner.configs)  # as the hook ranks
+    order = rank_positions(d.scores, tie_keys(tuner.configs))  # as the hook ranks
     best = next(r for r, i in enumerate(order, 1) if speeds.get(family_keys[i]) == 1.0)
     kept = [speeds[family_keys[i]] for i in positions if family_keys[i] in speeds]
     head = f"H200 dataset: {len(speeds)} of the {len(tuner.configs)} configs were measured " \

@@ -34,10 +34,11 @@ _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def dot_stages(fn: Any) -> int | str | None:
-    """``CONFIG`` when some ``tl.dot`` sits in a ``range`` / ``tl.range`` loop that takes the
-    config's ``num_stages``; else the deepest ``num_stages=<int>`` such a loop pins (1 when
-    every dot is outside any pipelined loop); None when it cannot be told (no source, no dot,
-    a dot whose innermost loop is a ``while`` or whose depth is not a literal)."""
+    """``CONFIG`` when some ``tl.dot`` (in the kernel or a jit helper, at any of its call
+    sites) sits in a ``range`` / ``tl.range`` loop that takes the config's ``num_stages``;
+    else the deepest ``num_stages=<int>`` such a loop pins (1 when every dot is outside any
+    pipelined loop); None when it cannot be told (no source, no dot, a dot whose innermost
+    loop is a ``while`` or whose depth is not a literal)."""
     root = source_function(fn)
     if root is None:
         return None
@@ -79,10 +80,10 @@ def _loop_stages(node: ast.For | ast.While, scope: dict[str, Any]) -> int | str 
     return None
 
 
-def _walk(f: Any, loop: Any, found: list, seen: set[int]) -> None:
-    if id(f) in seen:
+def _walk(f: Any, loop: Any, found: list, seen: set) -> None:
+    if (id(f), loop) in seen:  # a helper is read once per loop context it is called in
         return
-    seen.add(id(f))
+    seen.add((id(f), loop))
     try:
         tree = ast.parse(textwrap.dedent(source_text(f)))
     except (OSError, SyntaxError, TypeError, ValueError):

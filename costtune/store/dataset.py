@@ -14,8 +14,8 @@ checks the keys already stored and writes, so several processes (on one machine 
 filesystem) appending the same keys store each key once: the first wins, the others get an
 error, or with ``existing="skip"`` write only what is new. ``load`` raises when two parts hold
 the same key (unless ``dedupe="last"``): that can only come from parts written around the lock.
-``append`` also rewrites the folder's key index (``costtune.store.key_index``, a cache), so a
-writer in a fresh process reads one file, not every part, to find the keys stored.
+``append`` also keeps the folder's key index (``costtune.store.key_index``, a cache), so a
+writer in a fresh process reads one file and the few parts written since, not every part.
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ class Store:
         self.lock_timeout = float(lock_timeout)
         self.stale_temp_s = float(stale_temp_s)
         # (path, mtime_ns, size) -> (gpu, workload, config) keys; parts are write-once.
-        self._keys_cache: dict[tuple[Path, int, int], set[tuple[str, str, str]]] = {}
+        self._keys_cache: dict[tuple[Path, key_index.Stamp], frozenset] = {}
+        self._indexed: dict[Path, dict[str, key_index.Stamp]] = {}  # as its index holds it
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -176,11 +177,11 @@ class Store:
             write_atomic(table, path)
             written = zip(gpu_keys(df, payload.get("gpu")), df["workload"], df["config"],
                           strict=True)
-            found[path] = (path.stat().st_size, frozenset(written))
+            found[path] = (key_index.stamp(path.stat()), frozenset(written))
             return path
         finally:
             if found is not None:  # what the next writer in a fresh process reads first
-                key_index.write(folder, {p.name: entry for p, entry in found.items()})
+                self._update_index(folder, found)
             lock.release()
 
     def claim(self, kernel: str, workload: str, *, gpu: str | None):
@@ -246,36 +247,50 @@ class Store:
                 continue
         return removed
 
-    def _part_keys(self, kernel: str) -> dict[Path, tuple[int, frozenset]]:
-        """Each readable part -> (its size, its (GPU, workload, config) keys): from this
+    def _part_keys(self, kernel: str) -> dict[Path, tuple[key_index.Stamp, frozenset]]:
+        """Each readable part -> (its stamp, its (GPU, workload, config) keys): from this
         process's cache, else the folder's key index (``store.key_index``), else the part."""
-        found: dict[Path, tuple[int, frozenset]] = {}
+        found: dict[Path, tuple[key_index.Stamp, frozenset]] = {}
         skipped, index = [], None
         for path in self.parts(kernel):
             try:
-                st = path.stat()
-                cache_key = (path, st.st_mtime_ns, st.st_size)
-                keys = self._keys_cache.get(cache_key)
+                st = key_index.stamp(path.stat())
+                keys = self._keys_cache.get((path, st))
                 if keys is None:
                     if index is None:
-                        index = key_index.read(path.parent)
-                    size, keys = index.get(path.name, (None, None))
-                    if size != st.st_size:
+                        index = self._read_index(path.parent)
+                    held, keys = index.get(path.name, (None, None))
+                    if held != st:
                         df, meta = read_part(path, columns=[*KEY_COLUMNS, "gpu"],
                                              in_layout=True)
                         keys = frozenset(zip(gpu_keys(df, meta.get("gpu")), df["workload"],
                                              df["config"], strict=True))
-                    self._keys_cache[cache_key] = keys
+                    self._keys_cache[(path, st)] = keys
             except StoreError as exc:
                 if self.on_bad_part == "error":
                     raise
                 skipped.append(str(exc))
                 continue
-            found[path] = (st.st_size, keys)
+            found[path] = (st, keys)
         if skipped:
             warnings.warn(f"skipped {len(skipped)} bad part(s): " + "; ".join(skipped),
                           StoreWarning, stacklevel=3)
         return found
+
+    def _read_index(self, folder: Path) -> dict:
+        index = key_index.read(folder)
+        self._indexed[folder] = {name: st for name, (st, _) in index.items()}
+        return index
+
+    def _update_index(self, folder: Path, found: dict) -> None:
+        """Rewrite the folder's key index once ``key_index.EVERY`` parts are not in it."""
+        if folder not in self._indexed:
+            self._read_index(folder)
+        indexed = self._indexed[folder]
+        if sum(indexed.get(p.name) != st for p, (st, _) in found.items()) < key_index.EVERY:
+            return
+        if key_index.write(folder, {p.name: entry for p, entry in found.items()}):
+            self._indexed[folder] = {p.name: st for p, (st, _) in found.items()}
 
     def _warn_strays(self) -> None:
         strays = self.strays()

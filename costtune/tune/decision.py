@@ -8,6 +8,7 @@ import math
 import sys
 import warnings
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -127,33 +128,38 @@ def key_notes(tuner: Any) -> list[tuple[str, str]]:
     return [("key", problem)] if problem else []
 
 
-def tie_order(scores: Any, configs: Any) -> np.ndarray:
-    """Positions by score (higher first, NaN last); configs the model scores alike (variants
-    in a knob it does not know) by their values, the same whatever the list's order: a
-    value left at its default (maxnreg None) first, then numbers ascending (2 before 16),
-    then text.
+def tie_keys(configs: Any) -> np.ndarray:
+    """Per config a text key whose sort order parts configs the model scores alike (variants
+    in a knob it does not know) by their values, the same whatever the list's order: a value
+    at its default (maxnreg None) first, then numbers ascending (2 before 16), then text.
+    For ``evaluate.metrics.rank_positions``' ``keys``; computed once per config list.
 
     >>> import triton
     >>> cs = [triton.Config({"G": g}, maxnreg=r) for g, r in ((16, None), (2, 128), (2, None))]
-    >>> tie_order([0.5, 0.5, 0.5], cs).tolist()
-    [2, 1, 0]
+    >>> tie_keys(cs).tolist()
+    ['2', '1', '0']
     """
-    scores = np.asarray(scores, dtype=float)
+    from costtune.tune.names import unwrapped
+
     values = [{**dict(c.kwargs), "num_warps": c.num_warps, "num_stages": c.num_stages,
                **{k: getattr(c, k, None) for k in ("num_ctas", "maxnreg", "ir_override")}}
               for c in configs]
     names = sorted({n for v in values for n in v})
 
     def natural(v: Any) -> tuple:
+        v = unwrapped(v)
         if v is None:
             return (0, 0.0, "")
-        if isinstance(v, int | float) and not isinstance(v, bool):
+        if isinstance(v, Real) and not isinstance(v, bool):
             return (1, float(v), "")
         return (2, 0.0, repr(v))
 
     keys = [tuple(natural(v.get(n)) for n in names) for v in values]
-    primary = np.where(np.isnan(scores), np.inf, -scores)
-    return np.array(sorted(range(len(keys)), key=lambda i: (primary[i], keys[i])), dtype=int)
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    rank = np.empty(len(keys), dtype=int)
+    rank[order] = np.arange(len(keys))
+    width = len(str(max(len(keys) - 1, 0)))
+    return np.array([str(r).zfill(width) for r in rank], dtype=object)
 
 
 def keep_count(top_k: int | float, n: int) -> int:

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from costtune.tune.decision import tie_order
+from costtune.tune.decision import tie_keys
 from costtune.tune.kind import KernelKind, heuristic_rules, python_function
 from costtune.tune.launch import (
     Launch,
@@ -314,13 +314,17 @@ def _values(configs: Sequence[Any], name: str) -> list:
 
 
 def _ranking(configs: Sequence[Any], kept: Sequence[Any], scores: Any) -> list[Ranked]:
+    import numpy as np
+
+    from costtune.evaluate.metrics import rank_positions
+
     position = {id(c): i for i, c in enumerate(configs)}
     first = [position[id(c)] for c in kept]
     taken = set(first)
     rest = [i for i in range(len(configs)) if i not in taken]
     if scores is not None:
-        rest = [rest[j] for j in tie_order([scores[i] for i in rest],
-                                            [configs[i] for i in rest])]  # as pruned
+        rest = [rest[j] for j in rank_positions(np.array([scores[i] for i in rest]),
+                                                tie_keys([configs[i] for i in rest]))]
     return [Ranked(n + 1, config_key(configs[i]),
                    math.nan if scores is None else float(scores[i]), n < len(first))
             for n, i in enumerate(first + rest)]

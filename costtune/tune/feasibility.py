@@ -34,7 +34,8 @@ import numpy as np
 from costtune.hardware import Target
 
 __all__ = ["config_text", "invalid_sizes", "launch_traits", "meta_args", "operand_alignment",
-           "over_shared_limit", "refuse_for_family", "refuse_options", "shared_floor"]
+           "over_shared_limit", "refuse_for_family", "refuse_options", "shared_floor", "shown",
+           "vote_key"]
 
 # Family tile parameters that must be positive integers (neutral ones are filled in as 1).
 _SIZE_PARAMS = {"gemm": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"),
@@ -44,15 +45,31 @@ _OPERANDS = {"gemm": (("a", "b"), 2), "attention": (("q", "k", "v"), 4), "softma
 
 
 def config_text(config: Any) -> str:
-    """A triton.Config as text with its values as given (``Config.key`` would cast them)."""
+    """A triton.Config as text with its values as given (``Config.key`` would cast them) and
+    its launch options."""
     parts = [f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
              for k, v in config.kwargs.items()]
     parts += [f"num_warps={config.num_warps}", f"num_stages={config.num_stages}"]
-    for name in ("num_ctas", "maxnreg"):
+    for name in ("num_ctas", "maxnreg", "ir_override"):
         value = getattr(config, name, None)
         if value is not None and not (name == "num_ctas" and value == 1):
             parts.append(f"{name}={value}")
     return ",".join(parts)
+
+
+HOOK_MARK = "|pre_hook@"
+
+
+def vote_key(config: Any) -> str:
+    """``config_text`` told apart by the config's ``pre_hook`` (Triton's ``Config.__eq__``
+    compares it): what ``check=`` judges each config by; ``shown`` gives the text back."""
+    hook = getattr(config, "pre_hook", None)
+    return config_text(config) + (f"{HOOK_MARK}{id(hook):x}" if hook is not None else "")
+
+
+def shown(key: str) -> str:
+    """A ``vote_key`` as the user reads it: the config's text."""
+    return key.split(HOOK_MARK)[0]
 
 
 def _is_int(value: Any) -> bool:

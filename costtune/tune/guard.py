@@ -271,20 +271,22 @@ class OutputGuard:
 
     def undecided(self) -> str:
         """Why the vote could not tell right outputs from wrong ("" when it could, or with a
-        reference): the configs that ran disagree and no group of them is a majority."""
+        reference): the configs that ran and ``judge`` did not reject disagree, and no group
+        of them is a majority."""
         if self._expected is not None:
             return ""
-        out = self._non_finite()
-        voters = [n for n in self.records if n not in out]
+        wrong = self.judge()
+        voters = [n for n in self.records if n not in wrong]
         grouped = {m for _, members in self.groups for m in members}
-        sizes = sorted([len([m for m in members if m not in out]) for _, members in self.groups]
+        sizes = sorted([len([m for m in members if m not in wrong]) for _, members in self.groups]
                        + [1] * sum(n not in grouped for n in voters), reverse=True)
         sizes = [n for n in sizes if n]
         if len(sizes) < 2 or 2 * sizes[0] > len(voters):
             return ""
-        return (f"check= could not tell right outputs from wrong: the {len(voters)} configs "
-                f"that ran disagree, in groups of {', '.join(map(str, sizes))} with no "
-                "majority, so the fastest is used; pass check={'reference': fn} to decide")
+        rest = " left" if wrong else ""
+        return (f"check= could not tell right outputs from wrong: the {len(voters)} configs"
+                f"{rest} disagree, in groups of {', '.join(map(str, sizes))} with no majority, "
+                "so the fastest of them is used; pass check={'reference': fn} to decide")
 
     @property
     def decided(self) -> bool:

@@ -31,11 +31,13 @@ import numpy as np
 __all__ = ["knob_message", "knob_split", "spread_order"]
 
 # triton.Config launch options outside its kwargs that no cost model here describes.
-LAUNCH_KNOBS = ("num_ctas", "maxnreg")
+LAUNCH_KNOBS = ("num_ctas", "maxnreg", "ir_override")
 
 
 def _values(config: Any) -> dict[str, Any]:
-    out = dict(config.kwargs)
+    from costtune.tune.names import unwrapped
+
+    out = {k: unwrapped(v) for k, v in config.kwargs.items()}  # tl.constexpr(64) is 64
     out["num_warps"], out["num_stages"] = config.num_warps, config.num_stages
     for name in LAUNCH_KNOBS:
         out[name] = getattr(config, name, None)

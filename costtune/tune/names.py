@@ -311,6 +311,6 @@ def config_key(config: Any) -> str:
     options it sets (so configs varying only num_ctas or maxnreg differ)."""
     from costtune.types import Config
 
-    values = {**dict(config.kwargs), **launch_options(config),
+    values = {**{k: unwrapped(v) for k, v in config.kwargs.items()}, **launch_options(config),
               "num_warps": config.num_warps, "num_stages": config.num_stages}
     return Config.from_dict(values).key

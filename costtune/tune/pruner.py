@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from costtune.evaluate.metrics import rank_positions
 from costtune.features.pipelining import dot_stages
 from costtune.hardware import current
 from costtune.tune import feasibility
@@ -55,7 +56,7 @@ from costtune.tune.decision import (
     keep_count,
     keep_launchable,
     key_notes,
-    tie_order,
+    tie_keys,
     warn_once,
     with_hooks,
 )
@@ -122,7 +123,8 @@ class ConfigPruner:
         # Triton passes the same configs list on every call: keys and family params of that
         # list are computed once.
         self._configs: Sequence[Any] | None = None
-        self._keys = np.zeros(0, dtype=object)
+        self._keys = self._ties = np.zeros(0, dtype=object)
+        self._dedupe: list[str] = []
         self._params: dict[str, tuple] = {}
         self._refused: dict[int, str] = {}
         self._traits: dict[str, np.ndarray] = {}
@@ -149,8 +151,9 @@ class ConfigPruner:
         decision.filtered = max(0, len(barred) + len(given) - len(configs))
         decision.configs = configs if configs is not given else None
         same = self._launch_keys if len(self._launch_keys) == len(configs) else None
-        order, decision.duplicates = distinct(order, with_hooks(same or self.config_keys(configs),
-                                                                configs))
+        self.config_keys(configs)  # (the user's filter may have changed the list)
+        order, decision.duplicates = distinct(order, with_hooks(same, configs) if same
+                                              else self._dedupe)
         if decision.duplicates:  # a repeated config takes one slot, not several
             decision.k = min(decision.k, len(order))
             decision.kept = [self._keys[i] for i in order[: decision.k]]
@@ -169,9 +172,12 @@ class ConfigPruner:
         return kept
 
     def config_keys(self, configs: Sequence[Any]) -> np.ndarray:
-        """Canonical keys of ``configs`` (the tie-break order)."""
+        """Canonical keys of ``configs``; with them, once per list, the tie-break keys
+        (``decision.tie_keys``) and the keys that tell duplicates (``decision.with_hooks``)."""
         if self._configs is not configs or len(self._keys) != len(configs):
             self._keys = np.array([config_key(c) for c in configs], dtype=object)
+            self._ties = tie_keys(configs)
+            self._dedupe = with_hooks(self._keys, configs)
             self._configs, self._params = configs, {}
             self._refused = feasibility.refuse_options(configs)
             self._traits = feasibility.launch_traits(configs)
@@ -284,7 +290,7 @@ class ConfigPruner:
             features, unread = attach_source(features, self._tuned)
             doubts = [*doubts, *unread]
         live_scores = score(model, features)
-        sub_order = tie_order(live_scores, [configs[i] for i in alive])
+        sub_order = rank_positions(live_scores, self._ties[alive])
         launched = launched_values(launch, configs)  # what rules leave of config values
         if launched is not None:  # configs that launch alike are benchmarked once
             self._launch_keys = [values_key(v) for v in launched]
@@ -316,8 +322,10 @@ class ConfigPruner:
         decision.dropped = feasibility.dropped(configs, refused)
         decision.knobs = knobs
         if self.two_stage and k < len(alive):
-            sub_order = self._stage2(launch, live, features, keys[alive], sub_order, decision,
-                                     notes, live_scores, [configs[i] for i in alive])
+            from costtune.tune.stage2 import rerank
+
+            sub_order = rerank(self, launch, live, features, self._ties[alive], sub_order,
+                               decision, notes, live_scores, [configs[i] for i in alive])
             if knobs:  # stage 2 scores variants alike too
                 sub_order = spread_order(sub_order, known_keys=[known[i] for i in alive],
                                          unknown_keys=[unknown[i] for i in alive])
@@ -326,15 +334,6 @@ class ConfigPruner:
             k = decision.k = max(k, grown)  # the new order's trusted k
         decision.kept = [keys[i] for i in order[:k]]
         return decision, order
-
-    def _stage2(self, launch: Any, params: list[dict], features: Any, keys: np.ndarray,
-                order: np.ndarray, decision: PruneDecision,
-                notes: list[tuple[str, str]], stage1: np.ndarray,
-                live_configs: Sequence[Any]) -> np.ndarray:
-        from costtune.tune.stage2 import rerank
-
-        return rerank(self, launch, params, features, keys, order, decision, notes, stage1,
-                      live_configs)
 
 
 def prune_configs_by(model: Any = "h200", top_k: int | float = 8, *, family: str | None = None,

@@ -16,7 +16,7 @@ from typing import Any
 from triton.runtime.autotuner import Autotuner
 
 from costtune.tune.decision import config_key
-from costtune.tune.feasibility import config_text, finite_time
+from costtune.tune.feasibility import config_text, finite_time, vote_key
 from costtune.tune.guard import MIN_VOTERS, CheckError, OutputGuard
 
 __all__ = ["ALIKE_ERROR_STOP", "SAME_ERROR_STOP", "Trying", "error_keys", "kernel_error",
@@ -123,7 +123,7 @@ class Trying:
                 return float("inf")
             if guard is not None:  # enough voters to judge it now
                 self._vote(guard, reserve, args, kwargs)
-                if config_text(config) in guard.judge():
+                if vote_key(config) in guard.judge():
                     return float("inf")
             return float(timing[0] if isinstance(timing, (list, tuple)) else timing)
 
@@ -155,7 +155,7 @@ class Trying:
                 continue
             self._timed[id(config)] = timing
             ran.append(config)
-            if guard is not None and text not in guard.records:
+            if guard is not None and vote_key(config) not in guard.records:
                 self._judge(guard, config, args, kwargs, quiet=False)
 
     def _same_error(self, exc: BaseException, config: Any, ran: list[Any]) -> None:
@@ -177,7 +177,7 @@ class Trying:
         for config in reserve:
             if len(guard.records) >= MIN_VOTERS and (guard.decided or extra >= 4):
                 return
-            if config_text(config) not in guard.records:
+            if vote_key(config) not in guard.records:
                 extra += self._judge(guard, config, args, kwargs, quiet=True)
 
     def _judge(self, guard: OutputGuard, config: Any, args: tuple, kwargs: dict, *,
@@ -186,7 +186,7 @@ class Trying:
         ``quiet`` a config that cannot launch says nothing (False). A reference that cannot
         be compared is the user's to hear, always."""
         try:
-            guard.record(config_text(config),
+            guard.record(vote_key(config),
                          lambda taken: self._launch_once(config, args, kwargs, taken))
         except CheckError:
             raise

@@ -40,7 +40,7 @@ from typing import Any
 from triton.runtime.autotuner import Autotuner
 
 from costtune.tune.decision import config_key, tuning_report, warn
-from costtune.tune.feasibility import config_text
+from costtune.tune.feasibility import shown, vote_key
 from costtune.tune.guard import CheckSpec, OutputGuard
 from costtune.tune.ranks import check_ranks, choice, config_from, tuning_key, world
 from costtune.tune.trying import Trying
@@ -190,7 +190,7 @@ class SafeAutotuner(Trying, Autotuner):
         finally:
             guard.restore()
         wrong = guard.judge()
-        good = {c: t for c, t in timings.items() if config_text(c) not in wrong}
+        good = {c: t for c, t in timings.items() if vote_key(c) not in wrong}
         self._report(list(timings), {}, wrong, list(good), guard.undecided())
         if good:
             self.configs_timings = good
@@ -245,13 +245,13 @@ class SafeAutotuner(Trying, Autotuner):
                 if guard is not None:
                     self._vote(guard, reserve, args, kwargs)
                 wrong = guard.judge() if guard is not None else {}
-                missing = len(kept) - sum(config_text(c) not in wrong for c in ran)
+                missing = len(kept) - sum(vote_key(c) not in wrong for c in ran)
                 pending, reserve = reserve[:max(0, missing)], reserve[max(0, missing):]
         finally:
             if guard is not None:
                 guard.restore()
         wrong = guard.judge() if guard is not None else {}
-        good = [c for c in ran if config_text(c) not in wrong]
+        good = [c for c in ran if vote_key(c) not in wrong]
         self._report(ran if adaptive and ran else kept, failed, wrong, good,
                      guard.undecided() if guard is not None else "")
         decision = self._decision()
@@ -261,11 +261,12 @@ class SafeAutotuner(Trying, Autotuner):
             decision.kept = [config_key(c) for c in sorted(good, key=lambda c: rank.get(
                 id(c), len(rank)))]
             decision.k = len(good)
-        finite = [c for c in ran if guard is not None and guard.records.get(config_text(c))]
+        finite = [c for c in ran if guard is not None and guard.records.get(vote_key(c))]
         return good or finite or ran or kept
 
     def _report(self, kept: list[Any], failed: dict[str, str], wrong: dict[str, str],
                 good: list[Any], undecided: str = "") -> None:
+        wrong = {shown(k): why for k, why in wrong.items()}  # as the user reads the config
         self.rejected = {**failed, **{k: f"wrong output: {v}" for k, v in wrong.items()}}
         decision = self._decision()
         if decision is not None:
