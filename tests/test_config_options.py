@@ -22,15 +22,30 @@ from costtune.tune.ranks import choice, config_from
 
 
 @triton.jit
+def _offsets(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    return (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M),
+            tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_K))
+
+
+@triton.jit
+def _a(a, rm, rk, K):
+    return tl.load(a + rm[:, None] * K + rk[None, :])
+
+
+@triton.jit
+def _b(b, rk, rn, N):
+    return tl.load(b + rk[:, None] * N + rn[None, :])
+
+
+# Each kernel's dot sits where its name says (the loads and offsets in helpers): what
+# dot_stages reads.
+@triton.jit
 def looped(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
            BLOCK_K: tl.constexpr):
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm, rn, rk = _offsets(BLOCK_M, BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        rk = k0 + tl.arange(0, BLOCK_K)
-        acc += tl.dot(tl.load(a + rm[:, None] * K + rk[None, :]),
-                      tl.load(b + rk[:, None] * N + rn[None, :]))
+        acc += tl.dot(_a(a, rm, k0 + rk, K), _b(b, k0 + rk, rn, N))
     tl.store(c + rm[:, None] * N + rn[None, :], acc)
 
 
@@ -38,38 +53,28 @@ def looped(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 def one_k_tile(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr):
     """K fits one tile: no loop, so its operands are staged once whatever num_stages says."""
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.dot(tl.load(a + rm[:, None] * K + rk[None, :]),
-                 tl.load(b + rk[:, None] * N + rn[None, :]))
-    tl.store(c + rm[:, None] * N + rn[None, :], acc)
+    rm, rn, rk = _offsets(BLOCK_M, BLOCK_N, BLOCK_K)
+    tl.store(c + rm[:, None] * N + rn[None, :], tl.dot(_a(a, rm, rk, K), _b(b, rk, rn, N)))
 
 
 @triton.jit
 def pinned(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
            BLOCK_K: tl.constexpr):
     """Its K loop pins one stage (tl.range(..., num_stages=1))."""
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm, rn, rk = _offsets(BLOCK_M, BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for k0 in tl.range(0, K, BLOCK_K, num_stages=1):
-        rk = k0 + tl.arange(0, BLOCK_K)
-        acc += tl.dot(tl.load(a + rm[:, None] * K + rk[None, :]),
-                      tl.load(b + rk[:, None] * N + rn[None, :]))
+        acc += tl.dot(_a(a, rm, k0 + rk, K), _b(b, k0 + rk, rn, N))
     tl.store(c + rm[:, None] * N + rn[None, :], acc)
 
 
 @triton.jit
 def unrolled(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              BLOCK_K: tl.constexpr):
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm, rn, rk = _offsets(BLOCK_M, BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for i in tl.static_range(2):
-        rk = i * BLOCK_K + tl.arange(0, BLOCK_K)
-        acc += tl.dot(tl.load(a + rm[:, None] * K + rk[None, :]),
-                      tl.load(b + rk[:, None] * N + rn[None, :]))
+        acc += tl.dot(_a(a, rm, i * BLOCK_K + rk, K), _b(b, i * BLOCK_K + rk, rn, N))
     tl.store(c + rm[:, None] * N + rn[None, :], acc)
 
 
@@ -82,14 +87,10 @@ def _dot_of(x, y):
 def helper_twice(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr):
     """One dot helper called outside any loop, then inside a pipelined one."""
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = _dot_of(tl.load(a + rm[:, None] * K + rk[None, :]),
-                  tl.load(b + rk[:, None] * N + rn[None, :]))
+    rm, rn, rk = _offsets(BLOCK_M, BLOCK_N, BLOCK_K)
+    acc = _dot_of(_a(a, rm, rk, K), _b(b, rk, rn, N))
     for k0 in range(BLOCK_K, K, BLOCK_K):
-        acc += _dot_of(tl.load(a + rm[:, None] * K + k0 + rk[None, :]),
-                       tl.load(b + (k0 + rk[:, None]) * N + rn[None, :]))
+        acc += _dot_of(_a(a, rm, k0 + rk, K), _b(b, k0 + rk, rn, N))
     tl.store(c + rm[:, None] * N + rn[None, :], acc)
 
 

@@ -95,7 +95,7 @@ class Store:
         self.on_bad_part = on_bad_part
         self.lock_timeout = float(lock_timeout)
         self.stale_temp_s = float(stale_temp_s)
-        # (path, mtime_ns, size) -> (gpu, workload, config) keys; parts are write-once.
+        # (path, (size, mtime_ns)) -> (gpu, workload, config) keys; parts are write-once.
         self._keys_cache: dict[tuple[Path, key_index.Stamp], frozenset] = {}
         self._indexed: dict[Path, dict[str, key_index.Stamp]] = {}  # as its index holds it
 

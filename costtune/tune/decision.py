@@ -98,12 +98,12 @@ def with_hooks(keys: Any, configs: Any) -> list[str]:
     canonical key (``str`` of each value) does not: the ``pre_hook`` a config runs, and a
     string value against a number of the same text (``ACT="1"`` and ``ACT=1`` specialize the
     kernel differently)."""
+    from costtune.tune.feasibility import hook_mark
+
     out = []
     for key, c in zip(keys, configs, strict=True):
         texts = sorted(k for k, v in c.kwargs.items() if isinstance(v, str))
-        hook = getattr(c, "pre_hook", None)
-        out.append(key + (f"|str:{','.join(texts)}" if texts else "")
-                   + (f"|pre_hook@{id(hook)}" if hook else ""))
+        out.append(key + (f"|str:{','.join(texts)}" if texts else "") + hook_mark(c))
     return out
 
 
@@ -139,15 +139,12 @@ def tie_keys(configs: Any) -> np.ndarray:
     >>> tie_keys(cs).tolist()
     ['2', '1', '0']
     """
-    from costtune.tune.names import unwrapped
+    from costtune.tune.knobs import config_values
 
-    values = [{**dict(c.kwargs), "num_warps": c.num_warps, "num_stages": c.num_stages,
-               **{k: getattr(c, k, None) for k in ("num_ctas", "maxnreg", "ir_override")}}
-              for c in configs]
+    values = [config_values(c) for c in configs]
     names = sorted({n for v in values for n in v})
 
     def natural(v: Any) -> tuple:
-        v = unwrapped(v)
         if v is None:
             return (0, 0.0, "")
         if isinstance(v, Real) and not isinstance(v, bool):
@@ -191,18 +188,14 @@ def warn(text: str, *, at: tuple[str, int, dict] | None = None) -> None:
     that turns warnings into errors (``python -W error``, pytest's ``filterwarnings = error``)
     the message goes to the ``costtune`` logger instead of into the user's tuning call."""
     try:
-        if at is not None:
-            file, line, where = at
-            warnings.warn_explicit(text, CosttuneWarning, file, line,
-                                   module=where.get("__name__"),
-                                   registry=where.setdefault("__warningregistry__", {}),
-                                   module_globals=where)
+        at = at or call_site()
+        if at is None:  # no frame outside costtune and triton
+            warnings.warn(text, CosttuneWarning, stacklevel=2)
             return
-        frame, level = sys._getframe(0), 1
-        while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in (
-                "costtune", "triton"):
-            frame, level = frame.f_back, level + 1
-        warnings.warn(text, CosttuneWarning, stacklevel=level)
+        file, line, where = at
+        warnings.warn_explicit(text, CosttuneWarning, file, line, module=where.get("__name__"),
+                               registry=where.setdefault("__warningregistry__", {}),
+                               module_globals=where)
     except Exception:
         log.warning("%s", text)
 

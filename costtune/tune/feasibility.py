@@ -35,7 +35,7 @@ from costtune.hardware import Target
 
 __all__ = ["config_text", "invalid_sizes", "launch_traits", "meta_args", "operand_alignment",
            "over_shared_limit", "refuse_for_family", "refuse_options", "shared_floor", "shown",
-           "vote_key"]
+           "hook_mark", "vote_key"]
 
 # Family tile parameters that must be positive integers (neutral ones are filled in as 1).
 _SIZE_PARAMS = {"gemm": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"),
@@ -60,11 +60,17 @@ def config_text(config: Any) -> str:
 HOOK_MARK = "|pre_hook@"
 
 
-def vote_key(config: Any) -> str:
-    """``config_text`` told apart by the config's ``pre_hook`` (Triton's ``Config.__eq__``
-    compares it): what ``check=`` judges each config by; ``shown`` gives the text back."""
+def hook_mark(config: Any) -> str:
+    """What tells a config apart by its ``pre_hook`` (Triton's ``Config.__eq__`` compares it):
+    "" without one."""
     hook = getattr(config, "pre_hook", None)
-    return config_text(config) + (f"{HOOK_MARK}{id(hook):x}" if hook is not None else "")
+    return f"{HOOK_MARK}{id(hook):x}" if hook is not None else ""
+
+
+def vote_key(config: Any) -> str:
+    """``config_text`` told apart by the config's ``pre_hook``: what ``check=`` judges each
+    config by; ``shown`` gives the text back."""
+    return config_text(config) + hook_mark(config)
 
 
 def shown(key: str) -> str:

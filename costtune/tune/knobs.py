@@ -28,13 +28,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["knob_message", "knob_split", "spread_order"]
+__all__ = ["config_values", "knob_message", "knob_split", "spread_order"]
 
 # triton.Config launch options outside its kwargs that no cost model here describes.
 LAUNCH_KNOBS = ("num_ctas", "maxnreg", "ir_override")
 
 
-def _values(config: Any) -> dict[str, Any]:
+def config_values(config: Any) -> dict[str, Any]:
+    """A config's values as its launch passes them: kwargs (``tl.constexpr`` unwrapped),
+    num_warps, num_stages and the launch knobs (None where unset)."""
     from costtune.tune.names import unwrapped
 
     out = {k: unwrapped(v) for k, v in config.kwargs.items()}  # tl.constexpr(64) is 64
@@ -68,7 +70,8 @@ def knob_split(configs: Sequence[Any], seen: Sequence[Mapping[str, Any]], *,
     groups: dict[Hashable, list[int]] = defaultdict(list)
     for i, key in enumerate(known_keys):
         groups[key].append(i)
-    values = [dict(v) for v in values] if values is not None else [_values(c) for c in configs]
+    values = ([dict(v) for v in values] if values is not None
+              else [config_values(c) for c in configs])
     knobs: dict[str, dict[Hashable, Any]] = {}
     for members in groups.values():
         if len(members) < 2:
