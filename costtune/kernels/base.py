@@ -29,7 +29,8 @@ FAMILIES = ("gemm", "softmax", "attention")
 # first is the family's original kernel, whose module is the family module itself.
 IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "gemm": ("gemm", "gemm_tutorial", "gemm_tma", "gemm_tma_device", "gemm_streamk"),
-    "softmax": ("softmax", "softmax_onepass", "softmax_multirow"),
+    "softmax": ("softmax", "softmax_onepass", "softmax_multirow", "softmax_splitrow",
+                "softmax_tma"),
     "attention": ("attention", "attention_tma", "attention_persistent"),
 }
 # Each family's problem keys (its module's PROBLEM_KEYS reads them from here).

@@ -3,7 +3,7 @@
 # space, test suite first, each workload timed beside the torch op in one run, then its compiled
 # + IR features on the host's CPUs (AOT compiles of the collected rows); resumable (the store starts from the committed datasets/h200; parts packed into
 # $OUT/parts.tar after every workload, features into $OUT/features.tar).
-# IMPLS: implementations (default attention_persistent); BUDGET: seconds after which no new
+# IMPLS: implementations (default attention_persistent; softmax_splitrow softmax_tma: 2026-12-05); BUDGET: seconds after which no new
 # workload starts (default 360); FEATURES_S: limit on the features step (default 150; 0 skips).
 #   run(command="export COSTTUNE_COMMIT=<hash>; bash experiments/device/call_collect_impls_h200.sh",
 #       carry=[".whl"], timeout_s=600)
