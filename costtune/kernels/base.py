@@ -31,7 +31,8 @@ IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "gemm": ("gemm", "gemm_tutorial", "gemm_tma", "gemm_tma_device", "gemm_streamk"),
     "softmax": ("softmax", "softmax_onepass", "softmax_multirow", "softmax_splitrow",
                 "softmax_tma"),
-    "attention": ("attention", "attention_tma", "attention_persistent"),
+    "attention": ("attention", "attention_tma", "attention_persistent",
+                  "attention_tma_persistent"),
 }
 # Each family's problem keys (its module's PROBLEM_KEYS reads them from here).
 PROBLEM_KEYS: dict[str, tuple[str, ...]] = {
