@@ -170,6 +170,20 @@ def test_the_shared_memory_floor_counts_stages_only_where_the_kernel_pipelines()
         assert len(kept) == 2 and not decision.dropped, kernel.__name__
 
 
+def test_an_unpipelined_dot_still_stages_its_operands_once():
+    """256 x 256 x 256 fp16 without a K loop: one copy of A and B is 262,144 B (compiled for
+    sm_90: exactly that, over the 232,448 B limit), so it is dropped whatever num_stages says;
+    256 x 256 x 128 (131,072 B) is kept. The same one copy at num_stages 1 on a looped kernel
+    (its num_stages 2 needs two copies, 524,288 B)."""
+    configs = [triton.Config(tile(256, 256, 256), num_warps=8, num_stages=s) for s in (1, 2)]
+    configs.append(triton.Config(tile(256, 256, 128), num_warps=8, num_stages=1))
+    for kernel in (one_k_tile, pinned, looped):
+        kept, decision, _ = prune(kernel, configs)
+        assert [c.kwargs["BLOCK_K"] for c in kept] == [128], kernel.__name__
+        reasons = [decision.dropped[k] for k in decision.dropped if "num_stages=1" in k]
+        assert len(reasons) == 1 and "needs at least 262,144 B" in reasons[0], kernel.__name__
+
+
 def test_variants_the_model_cannot_tell_apart_keep_the_default_then_ascending_values():
     """One tile at five maxnreg values scores alike: top_k=2 keeps the default (None) and the
     smallest number, in any list order, not the first two by the text of their keys (128,

@@ -370,10 +370,15 @@ def shared_memory_floor(problem: dict[str, Any], config: dict[str, Any], *, dtyp
     once; a TMA descriptor operand counts as aligned. On the dataset's 27,456 compiled GEMM
     rows the bound never exceeds the compiled size and equals it on 96%, and it holds on AOT
     compiles of tutorial-style and TMA matmuls (experiments/feasibility.py). Outside what was
-    checked it claims nothing (0): other dtypes, num_stages <= 1, and warp-specialized loops
-    off the wgmma path (there a TMA matmul with BLOCK_M=32 keeps only the B tile), and the
-    split-K epilogue of this suite's kernel (a 256x256 fp32 tile through shared memory when N
-    is not a multiple of 16: ``config_space``'s ``split_k_epilogue``), which other GEMMs lack.
+    checked it claims nothing (0): other dtypes, warp-specialized loops off the wgmma path
+    (there a TMA matmul with BLOCK_M=32 keeps only the B tile), and the split-K epilogue of
+    this suite's kernel (a 256x256 fp32 tile through shared memory when N is not a multiple
+    of 16: ``config_space``'s ``split_k_epilogue``), which other GEMMs lack. With
+    ``num_stages <= 1`` (no pipelining: the launch option, or a kernel whose dots are not
+    pipelined, ``features.pipelining.dot_stages``) one copy of each tile is claimed on sm_90:
+    144 AOT compiles for sm_90 (a one-K-tile and a looped matmul, fp16, 2/4/8 warps, 0 or 1
+    stages, aligned or not, BLOCK_M 16..256) all used at least that, and 256x256x256 exactly
+    262,144 B.
 
     >>> cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 5}
     >>> shared_memory_floor({}, cfg, dtype="float16", aligned={"a": True, "b": True})
@@ -387,10 +392,11 @@ def shared_memory_floor(problem: dict[str, Any], config: dict[str, Any], *, dtyp
     bm, bn, bk, warps = (np.asarray(config[k], dtype=float)
                          for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"))
     wgmma = (arch == 90) & (bm >= 64) & np.isin(warps, (4, 8))
-    buffers = np.where(wgmma, stages, stages - 1)
+    once = stages <= 1
+    buffers = np.where(once, 1, np.where(wgmma, stages, stages - 1))
     copies_a = buffers if aligned.get("a", False) else 1
     copies_b = buffers if aligned.get("b", False) else 1
     size = dtype_of(dtype).itemsize if dtype in DTYPES else 0
-    unclaimed = (stages <= 1) | (np.asarray(warp_specialized, dtype=bool) & ~wgmma)
+    unclaimed = (once & (arch != 90)) | (np.asarray(warp_specialized, dtype=bool) & ~wgmma)
     out = np.where(unclaimed, 0, (copies_a * bm + copies_b * bn) * bk * size).astype(np.int64)
     return int(out) if out.ndim == 0 else out
