@@ -508,6 +508,9 @@ def test_two_stage_and_precompile_on_gpu(train_rows, tmp_path):
     the survivors (the model itself learns from stand-in compiled features)."""
     compiled = CostModel(features="static+compiled", family="gemm", n_estimators=10).fit(
         train_rows, compiled=fake_compiled(train_rows))
+    # Made on this GPU: on another than the rows' H200 the hook would benchmark every config
+    # (the "gpu" concern) and stage 2 would have nothing to order.
+    compiled.gpu_ = torch.cuda.get_device_name()
     tuner = costtune.autotune(SMALL, ["M", "N", "K"], top_k=2, model=compiled, two_stage=True,
                               shortlist=4, cache_dir=tmp_path, reset_to_zero=["c_ptr"],
                               precompile=2)(
