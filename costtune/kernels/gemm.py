@@ -373,12 +373,10 @@ def shared_memory_floor(problem: dict[str, Any], config: dict[str, Any], *, dtyp
     checked it claims nothing (0): other dtypes, warp-specialized loops off the wgmma path
     (there a TMA matmul with BLOCK_M=32 keeps only the B tile), and the split-K epilogue of
     this suite's kernel (a 256x256 fp32 tile through shared memory when N is not a multiple
-    of 16: ``config_space``'s ``split_k_epilogue``), which other GEMMs lack. With
-    ``num_stages <= 1`` (no pipelining: the launch option, or a kernel whose dots are not
-    pipelined, ``features.pipelining.dot_stages``) one copy of each tile is claimed on sm_90:
-    144 AOT compiles for sm_90 (a one-K-tile and a looped matmul, fp16, 2/4/8 warps, 0 or 1
-    stages, aligned or not, BLOCK_M 16..256) all used at least that, and 256x256x256 exactly
-    262,144 B.
+    of 16: ``config_space``'s ``split_k_epilogue``), which other GEMMs lack. Unpipelined
+    (``num_stages <= 1``, or dots ``features.pipelining.dot_stages`` reads as 1) it claims one
+    copy of each tile on sm_90: 144 AOT compiles (fp16, 2-8 warps, 0-1 stages, aligned or
+    not) used at least that; 256x256x256 needed 262,144 B on the GPU (NOTES, 2026-12-05).
 
     >>> cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 5}
     >>> shared_memory_floor({}, cfg, dtype="float16", aligned={"a": True, "b": True})
