@@ -195,10 +195,10 @@ def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> 
     return {}
 
 
-def kernel_calls(inputs: dict[str, torch.Tensor],
-                 config: Config | dict[str, Any]) -> list[KernelCall]:
-    """The one launch ``launch`` makes; allocates ``out`` unless ``inputs`` holds one."""
-    cfg = _config_values(config)
+def check_inputs(inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, out) of a softmax launch: ``x`` a non-empty 2-D tensor of a family dtype, ``out``
+    the given one (same shape and dtype) or a new contiguous one. The implementations share it.
+    """
     x = inputs.get("x")
     check_tensor("x", x, dtypes=DTYPES, ndim=2)
     out = inputs.get("out")
@@ -208,9 +208,17 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
                  device=x.device)
     if out.shape != x.shape:
         raise ValueError(f"out has shape {tuple(out.shape)} but x has {tuple(x.shape)}")
-    rows, cols = x.shape
-    if rows == 0 or cols == 0:
+    if x.numel() == 0:
         raise ValueError(f"x must be non-empty, got shape {tuple(x.shape)}")
+    return x, out
+
+
+def kernel_calls(inputs: dict[str, torch.Tensor],
+                 config: Config | dict[str, Any]) -> list[KernelCall]:
+    """The one launch ``launch`` makes; allocates ``out`` unless ``inputs`` holds one."""
+    cfg = _config_values(config)
+    x, out = check_inputs(inputs)
+    rows, cols = x.shape
     args = (x, out, rows, cols, x.stride(0), x.stride(1), out.stride(0), out.stride(1))
     kwargs: dict[str, Any] = {"BLOCK_N": cfg["BLOCK_N"], "ROWS_PER_PROG": cfg["ROWS_PER_PROG"]}
     if cfg["BLOCK_N"] >= cols:

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from costtune.hardware import H200
 from costtune.kernels import softmax as _family
-from costtune.kernels.base import KernelCall, check_tensor
+from costtune.kernels.base import KernelCall
 from costtune.kernels.softmax import (
     DTYPES,
     PROBLEM_KEYS,
@@ -114,18 +114,8 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
                  config: Config | dict[str, Any]) -> list[KernelCall]:
     """The one launch ``launch`` makes; allocates ``out`` unless ``inputs`` holds one."""
     cfg = _config_values(config)
-    x = inputs.get("x")
-    check_tensor("x", x, dtypes=DTYPES, ndim=2)
-    out = inputs.get("out")
-    if out is None:
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    check_tensor("out", out, dtypes=(str(x.dtype).removeprefix("torch."),), ndim=2,
-                 device=x.device)
-    if out.shape != x.shape:
-        raise ValueError(f"out has shape {tuple(out.shape)} but x has {tuple(x.shape)}")
+    x, out = _family.check_inputs(inputs)
     rows, cols = x.shape
-    if rows == 0 or cols == 0:
-        raise ValueError(f"x must be non-empty, got shape {tuple(x.shape)}")
     args = (x, out, rows, cols, x.stride(0), x.stride(1), out.stride(0), out.stride(1))
     kwargs = {"BLOCK_N": cfg["BLOCK_N"], "ROWS_PER_PROG": cfg["ROWS_PER_PROG"]}
     return [KernelCall(_softmax_multirow, grid({"rows": rows, "cols": cols}, cfg), args, kwargs,

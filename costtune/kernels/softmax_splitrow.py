@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from costtune.kernels import softmax as _family
-from costtune.kernels.base import KernelCall, check_tensor
+from costtune.kernels.base import KernelCall
 from costtune.kernels.softmax import (
     DTYPES,
     PROBLEM_KEYS,
@@ -146,18 +146,8 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
     """The statistics launch and the normalising launch; allocates ``out`` unless ``inputs``
     holds one, and the fp32 segment-statistics scratch."""
     cfg = _config_values(config)
-    x = inputs.get("x")
-    check_tensor("x", x, dtypes=DTYPES, ndim=2)
-    out = inputs.get("out")
-    if out is None:
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    check_tensor("out", out, dtypes=(str(x.dtype).removeprefix("torch."),), ndim=2,
-                 device=x.device)
-    if out.shape != x.shape:
-        raise ValueError(f"out has shape {tuple(out.shape)} but x has {tuple(x.shape)}")
+    x, out = _family.check_inputs(inputs)
     rows, cols = x.shape
-    if rows == 0 or cols == 0:
-        raise ValueError(f"x must be non-empty, got shape {tuple(x.shape)}")
     n_seg = segments(cols, cfg)
     if n_seg > MAX_SEGMENTS:
         raise ValueError(f"{NAME} config cuts {cols} columns into {n_seg} segments; at most "

@@ -31,7 +31,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from costtune.hardware import H200
 from costtune.kernels import softmax as _family
-from costtune.kernels.base import KernelCall, check_tensor
+from costtune.kernels.base import KernelCall
 from costtune.kernels.softmax import (
     DTYPES,
     PROBLEM_KEYS,
@@ -135,18 +135,8 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
     """The one launch ``launch`` makes; allocates ``out`` unless ``inputs`` holds one. ``x``
     and ``out`` must have contiguous, 16-byte aligned rows (TMA)."""
     cfg = _config_values(config)
-    x = inputs.get("x")
-    check_tensor("x", x, dtypes=DTYPES, ndim=2)
-    out = inputs.get("out")
-    if out is None:
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    check_tensor("out", out, dtypes=(str(x.dtype).removeprefix("torch."),), ndim=2,
-                 device=x.device)
-    if out.shape != x.shape:
-        raise ValueError(f"out has shape {tuple(out.shape)} but x has {tuple(x.shape)}")
+    x, out = _family.check_inputs(inputs)
     rows, cols = x.shape
-    if rows == 0 or cols == 0:
-        raise ValueError(f"x must be non-empty, got shape {tuple(x.shape)}")
     for name, t in (("x", x), ("out", out)):
         size = t.element_size()
         if (t.stride(1) != 1 or t.stride(0) * size % TMA_ALIGN
