@@ -5,6 +5,8 @@
 # $OUT/parts.tar after every workload, features into $OUT/features.tar).
 # IMPLS: implementations (default attention_persistent; softmax_splitrow softmax_tma: 2026-12-05); BUDGET: seconds after which no new
 # workload starts (default 360); FEATURES_S: limit on the features step (default 150; 0 skips).
+# collect_all refuses a GPU other than the store's (an H100 lent for an nvidia-h200 call without
+# needs_h200): pass needs_h200=true.
 #   run(command="export COSTTUNE_COMMIT=<hash>; bash experiments/device/call_collect_impls_h200.sh",
 #       carry=[".whl"], timeout_s=600)
 set -u

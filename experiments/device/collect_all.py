@@ -78,11 +78,21 @@ def seed_store(args: argparse.Namespace) -> set[Path]:
     return committed
 
 
+def check_gpu(store: Store, name: str, *, allow: bool) -> None:
+    """Refuse to add timings of another GPU model to a store whose parts share one (an H100
+    lent for an nvidia-h200 call must not write into the H200 dataset)."""
+    models = {store.part_meta(p).get("gpu") for p in store.parts()} - {None}
+    if len(models) == 1 and name not in models and not allow:
+        raise SystemExit(f"collect_all: this GPU is {name!r} but {store.root} holds "
+                         f"{models.pop()!r} timings only (--any-gpu to collect anyway)")
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
     committed = seed_store(args)
     store = Store(args.store)
+    check_gpu(store, torch.cuda.get_device_name(0), allow=args.any_gpu)
     n_gpus = args.gpus or torch.cuda.device_count()
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -140,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--seed-from", type=Path, default=Path("datasets/h200"))
             p.add_argument("--reps", type=int, default=10)
             p.add_argument("--gpus", type=int, default=None, help="number of GPUs (default all)")
+            p.add_argument("--any-gpu", action="store_true",
+                           help="collect even where the store holds another GPU model's rows")
         default = Path(".device/store") if step == "run" else harness.DATASET
         p.add_argument("--store", type=Path, default=default)
     argv = sys.argv[1:] if argv is None else argv
