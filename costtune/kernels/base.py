@@ -28,7 +28,8 @@ FAMILIES = ("gemm", "softmax", "attention")
 # FLOP/byte counts are the family's; kernel, grid, launches and config space are its own). The
 # first is the family's original kernel, whose module is the family module itself.
 IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
-    "gemm": ("gemm", "gemm_tutorial", "gemm_tma", "gemm_tma_device", "gemm_streamk"),
+    "gemm": ("gemm", "gemm_tutorial", "gemm_tma", "gemm_tma_device", "gemm_streamk",
+             "gemm_splitk"),
     "softmax": ("softmax", "softmax_onepass", "softmax_multirow", "softmax_splitrow",
                 "softmax_tma"),
     "attention": ("attention", "attention_tma", "attention_persistent",

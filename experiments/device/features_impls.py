@@ -24,7 +24,7 @@ from experiments import harness
 WORK = Path("/tmp/costtune_features")
 ORDER = ("softmax_onepass", "softmax_multirow", "attention_tma", "gemm_tma", "gemm_tma_device",
          "gemm_tutorial", "gemm_streamk", "softmax_splitrow", "softmax_tma",
-         "attention_tma_persistent")
+         "attention_tma_persistent", "gemm_splitk")
 
 
 def pack(out: Path) -> None:
