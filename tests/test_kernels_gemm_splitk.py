@@ -54,6 +54,17 @@ def test_result_does_not_depend_on_launch_order():
     assert torch.equal(gs.launch(x, cfg(sk=4)), gs.launch(x, cfg(sk=4)))
 
 
+def test_check_fails_if_the_partial_launch_writes_nothing():
+    from costtune.kernels.base import poisoned_scratch
+
+    x = gs.make_inputs(SMALL, "float16", seed=1)
+    with poisoned_scratch():  # as the runner's check launches: the workspace starts as NaN
+        assert relative_error(gs.launch(x, cfg(sk=4)), gs.reference(x)) <= 5e-3
+        partial, total = gs.kernel_calls(x, cfg(sk=4))
+        total.run()  # the reduction alone reads an unwritten workspace
+    assert relative_error(partial.args[2].base, gs.reference(x)) == float("inf")
+
+
 def test_kernel_calls_and_workspace():
     x = gs.make_inputs(SMALL, "float16")
     (only,) = gs.kernel_calls(x, cfg(bm=64, bn=64, bk=64, sk=1))

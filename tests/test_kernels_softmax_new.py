@@ -4,6 +4,8 @@ shared-memory floor against sm_90 AOT compiles (in a worker without the interpre
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -74,7 +76,8 @@ def test_family_facts():
         assert module.FAMILY == "softmax" and module.DESCRIPTION
         assert module.reference is sm.reference and module.TOLERANCE == sm.TOLERANCE
     assert sr.TRAIN_SHAPES == sm.TRAIN_SHAPES and sr.TEST_SHAPES == sm.TEST_SHAPES
-    assert sr.implied_params({"rows": 3, "cols": 100}, split(128)) == {"ROWS_PER_PROG": 1}
+    assert sr.implied_params({"rows": 3, "cols": 100}, split(128)) == {"ROWS_PER_PROG": 1,
+                                                                        "PASSES": 2}
     assert st.implied_params({"rows": 3, "cols": 100}, tma(128)) == {}
     # TMA keeps exactly the shapes whose fp16 rows are 16-byte multiples.
     kept = {p["cols"] for p in st.TRAIN_SHAPES + st.TEST_SHAPES}
@@ -176,3 +179,50 @@ def test_largest_configs_compile_for_sm90_within_floor():
         if name == "softmax_tma":
             floor = st.shared_memory_floor(p, c, dtype=dtype, aligned={"x": True})
             assert 0 < floor <= recs[0]["shared_bytes"], (p, c)
+
+
+def test_splitrow_reads_x_twice_in_its_features_and_names_its_main_launch():
+    # Two launches read x twice also where one block holds the row (BLOCK_N >= cols).
+    from costtune.features.static import static_features
+
+    rows = [{"kernel": "softmax", "implementation": "softmax_splitrow", "dtype": "float16",
+             "rows": 4096, "cols": 1000, "config": f"BLOCK_N={bn},SEGMENT={seg},num_warps=4,"
+             "num_stages=1", "BLOCK_N": bn, "SEGMENT": seg, "num_warps": 4, "num_stages": 1}
+            for bn, seg in ((1024, 1), (512, 2))]
+    f = static_features(rows)
+    assert f["log2_bytes_loaded"].iloc[0] == pytest.approx(f["log2_bytes_loaded"].iloc[1], 0.01)
+    assert f["tile_intensity"].tolist() == [1.25, 1.25]
+    # The compiled features describe the normalising launch (both launches share the grid).
+    names, main = get_pool(1).submit(_main_launch).result()
+    assert names == ["_segment_stats", "_segment_normalize"] and main == sr.MAIN_LAUNCH == 1
+
+
+def _main_launch() -> tuple[list[str], int]:
+    from costtune.features.compiled import launch_jobs
+
+    jobs, main = launch_jobs("softmax_splitrow", {"rows": 8, "cols": 4096}, "float16",
+                             split(128, 2))
+    return [j.resolve_fn().__name__ for j in jobs], main
+
+
+def test_splitrow_check_fails_if_the_statistics_launch_writes_nothing():
+    from costtune.kernels.base import poisoned_scratch
+
+    x = sr.make_inputs({"rows": 16, "cols": 1000}, "float16", seed=1)
+    with poisoned_scratch():
+        assert relative_error(sr.launch(x, split(128, 2)), sr.reference(x)) <= 2e-3
+        calls = sr.kernel_calls(x, split(128, 2))
+        calls[1].run()  # the normalising launch alone reads NaN statistics
+    assert relative_error(calls[1].args[1], sr.reference(x)) == float("inf")
+
+
+def test_tma_bf16_shapes_are_the_familys():
+    from costtune.collect.plan import suite_workloads
+
+    for suite in ("train", "test"):
+        family = {w.id.removeprefix("softmax_") for w in suite_workloads("softmax", suite)
+                  if w.dtype == "bfloat16"}
+        mine = {w.id.removeprefix("softmax_tma_") for w in suite_workloads("softmax_tma", suite)
+                if w.dtype == "bfloat16"}
+        assert mine and mine <= family
+        assert mine == {i for i in family if int(re.search(r"cols(\d+)", i)[1]) % 8 == 0}

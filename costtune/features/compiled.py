@@ -100,7 +100,8 @@ def launch_jobs(kernel: str, problem: dict[str, Any], dtype: str, config: Config
                 arch: int = 90, inputs: dict[str, Any] | None = None
                 ) -> tuple[list[CompileJob], int]:
     """Compile jobs of every launch one (workload, config) makes, and the main launch's index
-    (the one whose grid is the implementation's ``grid(problem, config)``). ``kernel``: an
+    (the implementation's ``MAIN_LAUNCH``, else the one whose grid is its ``grid(problem,
+    config)``). ``kernel``: an
     implementation name (a family name means the family's original kernel)."""
     from costtune.kernels import get_implementation
 
@@ -111,8 +112,10 @@ def launch_jobs(kernel: str, problem: dict[str, Any], dtype: str, config: Config
     calls = family.kernel_calls(inputs, config)
     if not calls:
         raise ValueError(f"{kernel}.kernel_calls made no launch for {config.key}")
-    main_grid = tuple(family.grid(problem, config))
-    main = next((i for i, c in enumerate(calls) if tuple(c.grid) == main_grid), 0)
+    main = getattr(family, "MAIN_LAUNCH", None)  # where several launches share the grid
+    if main is None:
+        main_grid = tuple(family.grid(problem, config))
+        main = next((i for i, c in enumerate(calls) if tuple(c.grid) == main_grid), 0)
     return [specialize(c, arch=arch) for c in calls], main
 
 

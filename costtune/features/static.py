@@ -244,7 +244,7 @@ def _compute(kernel: np.ndarray, dtype_bytes: np.ndarray, cols: dict[str, np.nda
         for fam, fill in (("gemm", _gemm), ("softmax", _softmax), ("attention", _attention)):
             rows = np.flatnonzero(kernel == fam)
             if len(rows):
-                sub = {k: col(k)[rows] for k in (*PROBLEM_COLUMNS, *CONFIG_COLUMNS)}
+                sub = {k: col(k)[rows] for k in (*PROBLEM_COLUMNS, *CONFIG_COLUMNS, "PASSES")}
                 part = fill(sub, f["dtype_bytes"][rows])
                 for name, values in part.items():
                     g.setdefault(name, nan.copy())[rows] = values
@@ -336,8 +336,9 @@ def _softmax(c: dict[str, np.ndarray], e: np.ndarray) -> dict[str, np.ndarray]:
     programs = _cdiv(rows, rpp)
     chunks = _cdiv(cols, bn)
     looped = chunks > 1
-    # One pass when a row fits a block; else an online pass and an output pass read x twice.
-    passes = np.where(looped, 2.0, 1.0)
+    # One pass when a row fits a block; else an online pass and an output pass read x twice
+    # (or as many as the implementation says: implied_params' PASSES, a split row's two).
+    passes = np.where(np.isfinite(c["PASSES"]), c["PASSES"], np.where(looped, 2.0, 1.0))
     nan = np.full_like(rows, np.nan)
     # Cross-warp reductions stage one fp32 per warp and row; tl.range pipelining keeps
     # (stages - 1) chunks in flight in shared memory.

@@ -17,7 +17,10 @@ Every family module defines the same plain names, so the runner, features and mo
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -236,6 +239,31 @@ def get_implementation(name: str) -> ModuleType:
     ``get_implementation("gemm_tma").launch(inputs, config)``."""
     family_of(name)
     return importlib.import_module(f"costtune.kernels.{name}")
+
+
+_POISON_SCRATCH = contextvars.ContextVar("costtune_poison_scratch", default=False)
+
+
+@contextlib.contextmanager
+def poisoned_scratch() -> Iterator[None]:
+    """Inside, ``scratch`` buffers start as NaN: the runner's correctness check launches in
+    it, so a launch that leaves its workspace unwritten fails the check instead of reading a
+    previous config's values from recycled memory (the timed launches stay uninitialised)."""
+    token = _POISON_SCRATCH.set(True)
+    try:
+        yield
+    finally:
+        _POISON_SCRATCH.reset(token)
+
+
+def scratch(shape: tuple[int, ...], dtype: Any, device: Any) -> Any:
+    """A workspace one launch of a kernel writes and a later one reads: uninitialised, or NaN
+    inside ``poisoned_scratch()``."""
+    import torch
+
+    if _POISON_SCRATCH.get():
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def relative_error(out, ref) -> float:

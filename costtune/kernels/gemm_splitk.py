@@ -35,7 +35,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from costtune.hardware import H200
 from costtune.kernels import gemm as _family
 from costtune.kernels import gemm_tma as _tma
-from costtune.kernels.base import KernelCall
+from costtune.kernels.base import KernelCall, scratch
 from costtune.kernels.configs import check_gemm_config
 from costtune.space import ConfigSpace
 from costtune.types import Config
@@ -133,7 +133,7 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
     out = torch.empty((m, n), dtype=a.dtype, device=a.device)
     c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
     if splits > 1:
-        work = torch.empty((splits, m, n), dtype=torch.float32, device=a.device)
+        work = scratch((splits, m, n), torch.float32, a.device)
         w_desc = TensorDescriptor.from_tensor(work, [1, bm, bn])
     else:
         w_desc = c_desc  # never read: the SPLIT_K == 1 branch stores C directly

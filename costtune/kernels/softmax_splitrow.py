@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from costtune.kernels import softmax as _family
-from costtune.kernels.base import KernelCall
+from costtune.kernels.base import KernelCall, scratch
 from costtune.kernels.softmax import (
     DTYPES,
     PROBLEM_KEYS,
@@ -64,6 +64,9 @@ LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 _PARAMS = ("BLOCK_N", "SEGMENT", "num_warps", "num_stages")
 # At most this many segments per row: the combine loads them as one vector.
 MAX_SEGMENTS = 512
+# The launch whose compile the compiled features describe (both share the grid): the
+# normalising one, which reads the statistics and x and writes the output (more registers).
+MAIN_LAUNCH = 1
 
 
 @triton.jit
@@ -137,8 +140,10 @@ def grid(problem: dict[str, Any], config: Config | dict[str, Any]) -> tuple[int,
 
 
 def implied_params(problem: dict[str, Any], config: Config | dict[str, Any]) -> dict[str, int]:
-    """One row per program (the family's ROWS_PER_PROG = 1); BLOCK_N is tuned."""
-    return {"ROWS_PER_PROG": 1}
+    """One row per program (the family's ROWS_PER_PROG = 1) and two reads of x (PASSES: the
+    statistics launch and the normalising one, also where one block holds the row); BLOCK_N
+    is tuned."""
+    return {"ROWS_PER_PROG": 1, "PASSES": 2}
 
 
 def kernel_calls(inputs: dict[str, torch.Tensor],
@@ -152,7 +157,7 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
     if n_seg > MAX_SEGMENTS:
         raise ValueError(f"{NAME} config cuts {cols} columns into {n_seg} segments; at most "
                          f"{MAX_SEGMENTS} (raise BLOCK_N or SEGMENT)")
-    stats = torch.empty(rows * n_seg * 2, dtype=torch.float32, device=x.device)
+    stats = scratch((rows * n_seg * 2,), torch.float32, x.device)
     meta = {"BLOCK_N": cfg["BLOCK_N"], "SEGMENT": cfg["SEGMENT"],
             "NUM_STAGES": cfg["num_stages"]}
     launch_grid = (rows, n_seg)

@@ -23,6 +23,7 @@ from typing import Any
 from costtune.build.errors import CompileResult, classify_error, error_text
 from costtune.build.workload import submit_compiles
 from costtune.kernels import get_implementation, relative_error
+from costtune.kernels.base import poisoned_scratch
 from costtune.types import Config, Measurement, Status, Workload
 
 TIMING_METHOD = "cuda-graph replay, L2 flushed before each rep, external events per rep"
@@ -153,7 +154,8 @@ def check_and_time(family, inputs, ref, config: Config, *, reps: int, flush, tol
     del poison
     t0 = time.perf_counter()
     try:
-        out = family.launch(inputs, config)  # loads the kernel from Triton's cache
+        with poisoned_scratch():  # an unwritten workspace reads NaN, not a previous config's
+            out = family.launch(inputs, config)  # loads the kernel from Triton's cache
         torch.cuda.synchronize()
     except Exception as exc:
         if not _context_alive():
