@@ -74,3 +74,31 @@ def test_settle_memory_places_a_workload_the_same_whatever_ran_before(monkeypatc
         monkeypatch.setattr(fam, "make_inputs", make)
         assert any(m.status is Status.OK for m in ms), [m.error for m in ms]
     assert len(addresses) == 3 and len(set(addresses)) == 1, addresses
+
+
+def test_check_rejects_a_launch_that_leaves_its_workspace_unwritten():
+    # The split-K workspace of a previous, right config sits in recycled memory: without
+    # the NaN workspace of the check launch the reduction alone would read it and pass.
+    import types
+
+    from costtune.kernels import gemm_splitk as gs
+    from costtune.measure.gpu import check_and_time, make_flush_buffer
+    from costtune.types import Config
+
+    problem = {"M": 256, "N": 256, "K": 8192}
+    inputs = gs.make_inputs(problem, "float16", seed=1, device="cuda")
+    ref = gs.reference(inputs)
+    config = Config.from_dict({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 4,
+                               "num_warps": 4, "num_stages": 3})
+
+    def reduction_only(inputs, config):
+        partial, total = gs.kernel_calls(inputs, config)
+        total.run()
+        return partial.args[2].base
+
+    broken = types.SimpleNamespace(launch=reduction_only)
+    flush = make_flush_buffer("cuda")
+    right = check_and_time(gs, inputs, ref, config, reps=3, flush=flush, tol=5e-3)
+    assert right["status"] is Status.OK
+    wrong = check_and_time(broken, inputs, ref, config, reps=3, flush=flush, tol=5e-3)
+    assert wrong["status"] is Status.WRONG_RESULT

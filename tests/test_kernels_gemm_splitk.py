@@ -13,7 +13,8 @@ from costtune.build.pool import get_pool
 from costtune.hardware import H200
 from costtune.kernels import gemm_splitk as gs
 from costtune.kernels import gemm_tma, relative_error
-from costtune.kernels.base import IMPLEMENTATIONS
+from costtune.kernels.base import IMPLEMENTATIONS, poisoned_scratch
+from costtune.kernels.check import check_family
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # M off the tile (100 rows in 64-row tiles), a K tail (520 = 16 x 32 + 8), N = 72 (8-aligned).
@@ -34,7 +35,8 @@ def test_registered_in_the_gemm_family():
 @pytest.mark.parametrize("split", [1, 2, 3, 8])
 def test_matches_reference(dtype, split):
     x = gs.make_inputs(SMALL, dtype, seed=1, device=DEVICE)
-    out = gs.launch(x, cfg(sk=split))
+    with poisoned_scratch():  # every split must write its slice of the workspace
+        out = gs.launch(x, cfg(sk=split))
     assert out.dtype == x["a"].dtype and tuple(out.shape) == (100, 72)
     assert relative_error(out, gs.reference(x)) <= gs.TOLERANCE[dtype] / 4
 
@@ -43,26 +45,39 @@ def test_splits_without_k_tiles_add_nothing():
     # K = 40 is two 32-wide K tiles: of 8 splits, six own none and store zero tiles.
     p = {"M": 16, "N": 8, "K": 40}
     x = gs.make_inputs(p, "float16", seed=3, device=DEVICE)
-    one, eight = gs.launch(x, cfg(sk=1)), gs.launch(x, cfg(sk=8))
+    with poisoned_scratch():  # the empty splits must still store (zero) tiles
+        one, eight = gs.launch(x, cfg(sk=1)), gs.launch(x, cfg(sk=8))
     assert relative_error(eight, gs.reference(x)) <= gs.TOLERANCE["float16"] / 4
     assert torch.allclose(one.float(), eight.float(), atol=1e-3)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="the interpreter runs programs one by one")
 def test_result_does_not_depend_on_launch_order():
-    # No atomics: the reduction adds the splits in order, so repeated launches agree bit for bit.
+    # No atomics: the reduction adds the splits in order, so repeated launches agree bit for
+    # bit however the GPU schedules the splits.
     x = gs.make_inputs(SMALL, "float16", seed=2, device=DEVICE)
     assert torch.equal(gs.launch(x, cfg(sk=4)), gs.launch(x, cfg(sk=4)))
 
 
-def test_check_fails_if_the_partial_launch_writes_nothing():
-    from costtune.kernels.base import poisoned_scratch
-
+def test_check_fails_if_the_partial_launch_writes_nothing(monkeypatch):
     x = gs.make_inputs(SMALL, "float16", seed=1)
     with poisoned_scratch():  # as the runner's check launches: the workspace starts as NaN
         assert relative_error(gs.launch(x, cfg(sk=4)), gs.reference(x)) <= 5e-3
         partial, total = gs.kernel_calls(x, cfg(sk=4))
         total.run()  # the reduction alone reads an unwritten workspace
     assert relative_error(partial.args[2].base, gs.reference(x)) == float("inf")
+    # `costtune kernels --check` runs split configs and catches such a launch.
+
+    def reduction_only(inputs, config):
+        calls = gs.kernel_calls(inputs, config)
+        for call in calls[-1:] if len(calls) > 1 else calls:
+            call.run()
+        return calls[0].args[2].base
+
+    monkeypatch.setattr(gs, "launch", reduction_only)
+    errors = check_family("gemm_splitk", n_configs=12)
+    assert errors and all("SPLIT_K=1," not in e and "rel err inf" in e for e in errors)
 
 
 def test_kernel_calls_and_workspace():
@@ -87,7 +102,7 @@ def test_kernel_calls_and_workspace():
     (lambda: {"a": torch.ones(8, 16, dtype=torch.float16),
               "b": torch.ones(16, 12, dtype=torch.float16)}, "b row stride 12"),
     (lambda: {"a": torch.ones(16, 8, dtype=torch.float16).t(),
-              "b": torch.ones(16, 8, dtype=torch.float16)}, "row-major"),
+              "b": torch.ones(16, 8, dtype=torch.float16)}, "row-major.*gemm_splitk moves it"),
     (lambda: {"a": torch.ones(8, 16, dtype=torch.float16)}, "missing"),
 ])
 def test_unsupported_inputs_raise(inputs, match):

@@ -11,8 +11,9 @@ from costtune.kernels.base import poisoned_scratch
 # Small shapes with ragged sizes, so masking paths run; cheap enough for the interpreter.
 CHECK_PROBLEMS = {
     "gemm": [{"M": 37, "N": 45, "K": 70}, {"M": 64, "N": 32, "K": 300},
-             # K and N multiples of 8: what TMA kernels take (16-byte row strides)
-             {"M": 37, "N": 40, "K": 72}],
+             # K and N multiples of 8: what TMA kernels take (16-byte row strides); K long
+             # enough for split-K (>= 4 K tiles a split)
+             {"M": 37, "N": 40, "K": 72}, {"M": 37, "N": 40, "K": 520}],
     "softmax": [{"rows": 5, "cols": 77}, {"rows": 3, "cols": 1000}],
     "attention": [{"B": 1, "H": 2, "S": 40, "D": 64, "causal": 1},
                   {"B": 1, "H": 1, "S": 72, "D": 64, "causal": 0},

@@ -104,7 +104,8 @@ def _sum_splits(w_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
     mask = offs < MN
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for s in tl.static_range(SPLIT_K):
-        acc += tl.load(w_ptr + s * MN + offs, mask=mask, other=0.0)
+        # 64-bit slice offsets: SPLIT_K * M * N may pass 2**31 elements.
+        acc += tl.load(w_ptr + (offs + s * MN.to(tl.int64)), mask=mask, other=0.0)
     tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
@@ -126,7 +127,7 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
     and, with SPLIT_K > 1, a fresh fp32 workspace), then with SPLIT_K > 1 the reduction."""
     a, b = _family._check_inputs(inputs)
     c = _config_values(config)
-    _tma._check_tma(a, b)
+    _tma._check_tma(a, b, NAME)
     m, k = a.shape
     n = b.shape[1]
     bm, bn, bk, splits = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["SPLIT_K"]

@@ -229,7 +229,7 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
     replayed)."""
     a, b = _family._check_inputs(inputs)
     c = _config_values(config)
-    _host._check_tma(a, b)
+    _host._check_tma(a, b, NAME)
     m, k = a.shape
     n = b.shape[1]
     problem = {"M": m, "N": n, "K": k}

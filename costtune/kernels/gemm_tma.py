@@ -242,18 +242,19 @@ def _interpreted() -> bool:
     return not isinstance(_persistent_kernel, triton.runtime.jit.JITFunction)
 
 
-def _check_tma(a: torch.Tensor, b: torch.Tensor) -> None:
-    """TMA descriptors need row-major operands with 16-byte aligned row strides and bases."""
-    for name, t in (("a", a), ("b", b)):
+def _check_tma(a: torch.Tensor, b: torch.Tensor, name: str = NAME) -> None:
+    """TMA descriptors need row-major operands with 16-byte aligned row strides and bases
+    (``name``: the implementation the error names)."""
+    for label, t in (("a", a), ("b", b)):
         if t.stride(1) != 1:
-            raise ValueError(f"{name} must be row-major (stride {t.stride()}); {NAME} moves it "
-                             f"with TMA")
+            raise ValueError(f"{label} must be row-major (stride {t.stride()}); {name} moves "
+                             f"it with TMA")
         row_bytes = t.stride(0) * t.element_size()
         if row_bytes % ALIGN_BYTES:
-            raise ValueError(f"{name} row stride {t.stride(0)} is not a multiple of "
+            raise ValueError(f"{label} row stride {t.stride(0)} is not a multiple of "
                              f"{ALIGN_BYTES} bytes, which TMA needs (K and N multiples of 8)")
         if t.data_ptr() % ALIGN_BYTES:
-            raise ValueError(f"{name} data pointer is not {ALIGN_BYTES}-byte aligned, which "
+            raise ValueError(f"{label} data pointer is not {ALIGN_BYTES}-byte aligned, which "
                              f"TMA needs")
     n_bytes = b.shape[1] * b.element_size()
     if n_bytes % ALIGN_BYTES:

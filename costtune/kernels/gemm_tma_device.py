@@ -168,7 +168,7 @@ def kernel_calls(inputs: dict[str, torch.Tensor],
     ``meta`` tensors (no allocator is needed to specialize or compile)."""
     a, b = _family._check_inputs(inputs)
     c = _config_values(config)
-    _host._check_tma(a, b)
+    _host._check_tma(a, b, NAME)
     m, k = a.shape
     n = b.shape[1]
     out = torch.empty((m, n), dtype=a.dtype, device=a.device)

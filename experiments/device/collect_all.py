@@ -78,10 +78,13 @@ def seed_store(args: argparse.Namespace) -> set[Path]:
     return committed
 
 
-def check_gpu(store: Store, name: str, *, allow: bool) -> None:
-    """Refuse to add timings of another GPU model to a store whose parts share one (an H100
-    lent for an nvidia-h200 call must not write into the H200 dataset)."""
-    models = {store.part_meta(p).get("gpu") for p in store.parts()} - {None}
+def check_gpu(store: Store, name: str, *, allow: bool, parts: list[Path] | None = None
+              ) -> None:
+    """Refuse to add timings of another GPU model to a store whose ``parts`` (default: all;
+    ``run``: the seeded, committed ones) share one (an H100 lent for an nvidia-h200 call
+    must not write into the H200 dataset)."""
+    parts = store.parts() if parts is None else parts
+    models = {store.part_meta(p).get("gpu") for p in parts} - {None}
     if len(models) == 1 and name not in models and not allow:
         raise SystemExit(f"collect_all: this GPU is {name!r} but {store.root} holds "
                          f"{models.pop()!r} timings only (--any-gpu to collect anyway)")
@@ -92,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
     committed = seed_store(args)
     store = Store(args.store)
-    check_gpu(store, torch.cuda.get_device_name(0), allow=args.any_gpu)
+    check_gpu(store, torch.cuda.get_device_name(0), allow=args.any_gpu,
+              parts=sorted(committed) or None)
     n_gpus = args.gpus or torch.cuda.device_count()
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
