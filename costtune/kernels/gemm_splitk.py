@@ -37,8 +37,27 @@ from costtune.kernels import gemm as _family
 from costtune.kernels import gemm_tma as _tma
 from costtune.kernels.base import KernelCall, scratch
 from costtune.kernels.configs import check_gemm_config
+
+# The family's problems, inputs, reference, counts and tolerance (fp32 accumulation, one
+# rounding of C; the splits add in fp32 as there); gemm_tma's TMA-aligned suites.
+from costtune.kernels.gemm import (
+    DTYPES,
+    PROBLEM_KEYS,
+    TOLERANCE,
+    flops,
+    make_inputs,
+    min_bytes,
+    reference,
+    torch_op,
+)
+from costtune.kernels.gemm_tma import BF16_SUBSET, TEST_SHAPES, TRAIN_SHAPES
 from costtune.space import ConfigSpace
 from costtune.types import Config
+
+__all__ = ["BF16_SUBSET", "DESCRIPTION", "DTYPES", "FAMILY", "NAME", "PROBLEM_KEYS",
+           "TEST_SHAPES", "TOLERANCE", "TRAIN_SHAPES", "config_space", "flops", "grid",
+           "implied_params", "kernel_calls", "launch", "make_inputs", "min_bytes", "reference",
+           "shared_memory_floor", "splitk_shared_bytes", "torch_op"]
 
 NAME = "gemm_splitk"
 FAMILY = "gemm"
@@ -46,18 +65,6 @@ DESCRIPTION = ("Output tiles x K splits, A/B moved by TMA through host tensor de
                "split stores its fp32 partial tile into a workspace and a second launch sums "
                "the splits in order (no atomics) and casts C.")
 
-PROBLEM_KEYS = _family.PROBLEM_KEYS
-DTYPES = _family.DTYPES
-make_inputs = _family.make_inputs
-reference = _family.reference
-torch_op = _family.torch_op
-flops = _family.flops
-min_bytes = _family.min_bytes
-# The family's: fp32 accumulation and one rounding of C; the splits add in fp32 as there.
-TOLERANCE = _family.TOLERANCE
-TRAIN_SHAPES = _tma.TRAIN_SHAPES
-TEST_SHAPES = _tma.TEST_SHAPES
-BF16_SUBSET = _tma.BF16_SUBSET
 
 GROUP_SIZE_M = 8  # grouped tile order, fixed as in the family's original kernel
 NUM_SMS = H200.num_sms
