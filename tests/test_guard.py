@@ -473,3 +473,33 @@ def test_bench_time_counts_the_benchmarks_costtune_ran():
         warnings.simplefilter("ignore")
         run_scale(tuner)
     assert bench.calls == 3 and tuner.bench_time >= 0.15
+
+
+@triton.jit
+def _split_partials(x, ws, n, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+    # One stage of a pipeline: each of SPLITS slices of the workspace gets x / SPLITS (a later
+    # kernel would sum them); the slices past SPLITS are left as they were.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(x + offs, mask=mask) / SPLITS
+    for s in tl.static_range(SPLITS):
+        tl.store(ws + s * n + offs, v, mask=mask)
+
+
+def test_check_does_not_count_nan_a_config_left_unwritten():
+    """A workspace that starts as NaN and is written in part (fewer splits) is no NaN of
+    that config's making: before, every config but the one writing every slice was rejected
+    ("NaN where other configs have none") and the choice was forced."""
+    configs = [triton.Config({"BLOCK": 32, "SPLITS": s}) for s in (1, 2, 4)]
+    n = 64
+    x = torch.randn(n)
+    ws = torch.full((4 * n,), float("nan"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuner = costtune.autotune(configs, key=["n"], do_bench=Bench(), check=True)(
+            _split_partials)
+        tuner[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, ws, n)
+    assert tuner.rejected == {}
+    assert any("could not tell right outputs from wrong" in m for m in ours(caught))
+    # (NaN a config writes where the workspace held a number stays its own: the tests
+    # above, whose outputs start uninitialised.)

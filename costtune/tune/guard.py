@@ -195,8 +195,9 @@ class OutputGuard:
         taken: list[dict[str, Any]] = []
         launch(lambda: taken.append(self._outputs()))
         out = taken[0] if taken else self._outputs()
-        self.records[name] = _finite(out)
-        self.nan[name] = _has_nan(out)
+        written = self._written(out)
+        self.records[name] = _finite(written)
+        self.nan[name] = _has_nan(written)
         if self._expected is not None:
             why = self._against_reference(out)
             if why:
@@ -213,6 +214,22 @@ class OutputGuard:
         if self.spec.outputs is not None:
             return {k: self.tensors[k].clone() for k in self.spec.outputs}
         return {k: t.clone() for k, t in self.tensors.items() if not _same(t, self.before[k])}
+
+    def _written(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
+        """``outputs`` with the NaN/inf elements the launch left as they were before it set
+        to 0: a workspace that starts as NaN (``torch.empty`` can) and that a config writes
+        only in part (fewer splits) holds no NaN of that config's making."""
+        import torch
+
+        out = {}
+        for name, t in outputs.items():
+            b = self.before.get(name)
+            if b is None or b.shape != t.shape or not (t.is_floating_point() or t.is_complex()):
+                out[name] = t
+                continue
+            kept = ~torch.isfinite(b) & ((t == b) | (torch.isnan(t) & torch.isnan(b)))
+            out[name] = torch.where(kept, torch.zeros_like(t), t) if bool(kept.any()) else t
+        return out
 
     def _value(self, outputs: Mapping[str, Any], name: str) -> Any:
         return outputs[name] if name in outputs else self.before[name]
