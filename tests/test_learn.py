@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import triton
+import triton.language as tl
 from learning_helpers import StepBench, run, tuner
 from typer.testing import CliRunner
 
@@ -650,3 +651,23 @@ def test_an_update_removes_what_writers_killed_mid_write_left(tmp_path):
     update(folder, rows, base="h200", family="softmax")
     assert not [p.name for p in folder.glob(".*") if p.name != LOCK]
     assert (folder / LOCK).exists() and current_model(folder) is not None
+
+
+@triton.jit
+def _twice(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) * 2, mask=mask)
+
+
+def test_a_kernel_of_no_family_says_why_it_is_not_learned(home):
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
+    t = costtune.autotune(configs, key=["n"], learn=True, do_bench=StepBench())(_twice)
+    x = torch.randn(100)
+    out = torch.empty_like(x)
+    with pytest.warns(costtune.CosttuneWarning):
+        t[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, out, 100)
+    assert torch.allclose(out, 2 * x)
+    (why,) = t.learner.skipped
+    assert "is not learned" in why and "costtune explain" in why
+    assert not (home / "kernels").exists() or not any((home / "kernels").iterdir())

@@ -173,7 +173,10 @@ class Learner:
             _, rows = tuning_rows(tuner, args, kwargs=kwargs, gpu=self._gpu)
             rows = pd.DataFrame(rows)
             if rows.empty or rows["family"].isna().all():
-                self._skipped.append(f"{self.name} does not read as a kernel family")
+                self._skipped.append(
+                    f"{self.name} is not learned: its launch is not described in a kernel "
+                    "family's terms, or which family it is stays in doubt (a kind or family "
+                    "doubt: see costtune explain)")
                 return
             family = str(rows["family"].dropna().iloc[0])
             rows = rows[rows["family"] == family].assign(kernel=family,
