@@ -386,3 +386,53 @@ def test_an_unprintable_error_is_no_evidence():
     kept = launchable(run, configs, list(range(8)), configs[:2], decision, {}, {},
                       keys=list(range(8)))
     assert kept == configs[2:4]
+
+
+
+# One stage of a split-K pipeline whose split count is a runtime argument: grid (tiles,
+# SPLITS), fp32 partials into ws (SPLITS, M, N); a later kernel sums them.
+_SPLIT_PARTIALS = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def partials(a_ptr, b_ptr, ws_ptr, M, N, K, SPLITS, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid, chunk = tl.program_id(0), tl.program_id(1)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    rm = (pid // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = (pid % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    per = K // SPLITS
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(chunk * per, (chunk + 1) * per, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=rm[:, None] < M, other=0.0)
+        b = tl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=rn[None, :] < N, other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(ws_ptr + chunk * M * N + rm[:, None] * N + rn[None, :], acc,
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+"""
+
+
+@pytest.mark.parametrize("name", ["split_k", "num_splits", "SPLIT_K"])
+def test_a_runtime_split_count_is_a_split_not_a_batch(name, tmp_path):
+    """A split count passed at run time (any case of a SPLIT_K name) is the split the grid
+    fixes: M stays M (lower-case names were read as a batch axis, M x split_k)."""
+    path = tmp_path / f"partials_{name}.py"
+    path.write_text(_SPLIT_PARTIALS.replace("SPLITS", name))
+    spec = importlib.util.spec_from_file_location(f"partials_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64}, num_warps=4,
+                             num_stages=3) for bm in (64, 128) for bn in (64, 128)]
+    tuner = triton.autotune(configs, key=["M", "N", "K"])(module.partials)
+    m, n, k, splits = 512, 512, 16384, 4
+    a = torch.empty(m, k, dtype=torch.float16, device="meta")
+    b = torch.empty(k, n, dtype=torch.float16, device="meta")
+    ws = torch.empty(splits, m, n, dtype=torch.float32, device="meta")
+    report = costtune.explain(tuner, a, b, ws, m, n, k, splits, grid=lambda c: (
+        triton.cdiv(m, c["BLOCK_M"]) * triton.cdiv(n, c["BLOCK_N"]), splits))
+    assert report.family == "gemm" and report.problem == {"M": 512, "N": 512, "K": 16384}
+    assert report.launch_params == {"SPLIT_K": 4}
+    assert not any("batch" in why for _, why in report.doubts)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from costtune.kernels.base import PROBLEM_KEYS
+from costtune.kernels.base import PARAM_NAMES, PROBLEM_KEYS
 from costtune.tune.kind import loops_over_programs, splits_k
 from costtune.tune.names import FAMILY_PARAMS, config_key, launch_params, rule_outputs
 
@@ -176,12 +176,17 @@ def _batched(launch: Any, sample: Sequence[Any], programs: np.ndarray, known: np
 
 def _batch_args(launch: Any, args: Mapping[str, Any]) -> dict[str, int]:
     """{name: value} of the call's integer arguments (> 1) named as no size or parameter of
-    the family (nor mapped onto one): what a grid axis over a batch would count."""
+    the family (nor mapped onto one, nor in any case a name people give a parameter: a
+    runtime ``split_k`` or ``num_splits`` is a split, which the grid fixes, not a batch):
+    what a grid axis over a batch would count."""
     required, neutral = FAMILY_PARAMS[launch.family]
     named = {*required, *neutral, *PROBLEM_KEYS[launch.family], *launch.rename}
     named |= {_arg_name(n) for n in launch.origin.values() if isinstance(n, str)}
+    aliases = {a.lower() for names in PARAM_NAMES.get(launch.family, {}).values()
+               for a in names}
     return {k: int(v) for k, v in args.items() if isinstance(v, int)
-            and not isinstance(v, bool) and k not in named and v > 1}
+            and not isinstance(v, bool) and k not in named and k.lower() not in aliases
+            and v > 1}
 
 
 def _arg_name(origin: str) -> str:
