@@ -66,7 +66,7 @@ DESCRIPTION = ("Output tiles x K splits, A/B moved by TMA through host tensor de
                "the splits in order (no atomics) and casts C.")
 
 
-GROUP_SIZE_M = 8  # grouped tile order, fixed as in the family's original kernel
+GROUP_SIZE_M = _tma.GROUP_SIZE_M  # grouped tile order, fixed as in the other GEMMs
 NUM_SMS = H200.num_sms
 MAX_ACC_REGS = _family.MAX_ACC_REGS
 SUM_BLOCK = 1024  # elements of C per program of the reduction launch

@@ -221,14 +221,13 @@ class OutputGuard:
         only in part (fewer splits) holds no NaN of that config's making."""
         import torch
 
-        out = {}
+        out = dict(outputs)
         for name, t in outputs.items():
-            b = self.before.get(name)
-            if b is None or b.shape != t.shape or not (t.is_floating_point() or t.is_complex()):
-                out[name] = t
-                continue
-            kept = ~torch.isfinite(b) & ((t == b) | (torch.isnan(t) & torch.isnan(b)))
-            out[name] = torch.where(kept, torch.zeros_like(t), t) if bool(kept.any()) else t
+            if t.is_floating_point() or t.is_complex():  # outputs are clones of the arguments
+                b = self.before[name]
+                kept = ~torch.isfinite(b) & ((t == b) | (torch.isnan(t) & torch.isnan(b)))
+                if bool(kept.any()):
+                    out[name] = torch.where(kept, torch.zeros_like(t), t)
         return out
 
     def _value(self, outputs: Mapping[str, Any], name: str) -> Any:
