@@ -155,10 +155,10 @@ def hook_kept(rows: pd.DataFrame, feats: pd.DataFrame, order: np.ndarray, k: int
     family = next(iter(trained))
     cols = {c: pd.to_numeric(rows[c], errors="coerce").to_numpy(dtype=float)[order]
             for c in trained[family]["values"] if c in rows}
-    elems = feats["elems_per_thread"].to_numpy(dtype=float)[order]
+    elems, waves = (feats[c].to_numpy(dtype=float)[order] for c in ("elems_per_thread", "waves"))
     cap = min(len(order), 4 * k)
     local, n, _ = hook_order(family, cols, elems, np.arange(len(order)), k=k, cap=cap,
-                             trained=trained)
+                             trained=trained, waves=waves)
     return np.asarray(order)[local], n
 
 
@@ -193,8 +193,10 @@ def learned_values(base: dict, taken: list[pd.DataFrame]) -> dict:
     old, new = base[family], trained_from_rows(rows[rows["status"] == "ok"], family)[family]
     values = {n: sorted(set(old["values"].get(n, [])) | set(new["values"].get(n, [])))
               for n in {**old["values"], **new["values"]}}
-    ranges = {c: [float(np.fmin(lo, new["ranges"][c][0])), float(np.fmax(hi, new["ranges"][c][1]))]
-              for c, (lo, hi) in old["ranges"].items()}
+    gap = [np.nan, np.nan]  # a range one side lacks (no split in its rows) is the other's
+    ranges = {c: [float(np.fmin(old["ranges"].get(c, gap)[0], new["ranges"].get(c, gap)[0])),
+                  float(np.fmax(old["ranges"].get(c, gap)[1], new["ranges"].get(c, gap)[1]))]
+              for c in {**old["ranges"], **new["ranges"]}}
     return {family: {"values": values, "ranges": ranges, "rows": old["rows"] + new["rows"]}}
 
 

@@ -155,7 +155,8 @@ def as_kept(rows: pd.DataFrame, scores: dict[str, np.ndarray], first: dict[str, 
     out = []
     keys = rows["config"].astype(str).to_numpy()
     times = true_times(rows)
-    elems = static_features(rows)["elems_per_thread"].to_numpy(dtype=float)
+    feats = static_features(rows)
+    elems, waves = (feats[c].to_numpy(dtype=float) for c in ("elems_per_thread", "waves"))
     picks = {r.kernel: (r.row, float(r.weight)) for r in choice.itertuples()}
     for impl, part in rows.groupby("implementation", sort=True):
         fam = str(part["kernel"].iloc[0])
@@ -168,8 +169,8 @@ def as_kept(rows: pd.DataFrame, scores: dict[str, np.ndarray], first: dict[str, 
         local = part.reset_index(drop=True)
         cols = {c: pd.to_numeric(local[c], errors="coerce").to_numpy(dtype=float)
                 for c in names}
-        s1, s2, k_, t, e = (scores[first[fam]][pos], scores[second][pos], keys[pos],
-                            times[pos], elems[pos])
+        s1, s2, k_, t, e, wv = (scores[first[fam]][pos], scores[second][pos], keys[pos],
+                                times[pos], elems[pos], waves[pos])
         record = {"family": fam, "implementation": impl,
                   "name": two_stage_name(first[fam], second, w)}
         for k in KS:
@@ -178,7 +179,8 @@ def as_kept(rows: pd.DataFrame, scores: dict[str, np.ndarray], first: dict[str, 
                 if not np.isfinite(t[p]).any():
                     continue
                 here, cap = {c: v[p] for c, v in cols.items()}, min(len(p), widen * k)
-                kept_by = [hook_order(fam, here, e[p], o, k=k, cap=cap, trained=trained)[:2]
+                kept_by = [hook_order(fam, here, e[p], o, k=k, cap=cap, trained=trained,
+                                      waves=wv[p])[:2]
                            for o in (rank_positions(s1[p], k_[p]),
                                      two_stage_order(s1[p], s2[p], k_[p], weight=w))]
                 orders = [o for o, _ in kept_by]

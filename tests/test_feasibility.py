@@ -321,6 +321,53 @@ def test_trained_values_of_other_rows_drive_the_kept_count():
                           trained=trained) == (2, [])
 
 
+def test_a_split_deeper_than_any_trained_split_counts_as_untrained():
+    """SPLIT_K values that were trained, on a grid many waves deeper than any split trained:
+    the rows say when a split pays only up to their waves, so such configs are measured
+    besides the k best trained ones, with the reason in the doubt."""
+    from costtune.tune.trained import SPLIT_WAVES, keep_untrained, trained_from_rows
+
+    rows = pd.DataFrame({"kernel": "gemm", "dtype": "float16", "M": 512, "N": 512,
+                         "K": 8192, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64,
+                         "SPLIT_K": [1, 2, 4], "num_warps": 4, "num_stages": 3})
+    trained = trained_from_rows(rows, "gemm")
+    # 16 tiles x 4 splits = 64 programs over 132 SMs.
+    assert trained["gemm"]["ranges"][SPLIT_WAVES] == [32 / 132, 64 / 132]
+    cols = {"SPLIT_K": np.array([4, 1, 2, 1]), "BLOCK_M": np.full(4, 128),
+            "BLOCK_N": np.full(4, 128), "num_warps": np.full(4, 4)}
+    elems = np.full(4, 128.0)
+    waves = np.array([4096 * 4, 4096, 2048, 4096]) / 132  # at 8192^2: 4,096 tiles
+    n, doubts = keep_untrained("gemm", cols, elems, [0, 1, 2, 3], k=2, cap=4,
+                               trained=trained, waves=waves)
+    assert n == 4 and "SPLIT_K=4 over 124 waves of programs" in doubts[0][1]
+    assert "SPLIT_K=2 over 15.5 waves" in doubts[0][1]
+    # Without waves (or without split rows in training) nothing changes.
+    assert keep_untrained("gemm", cols, elems, [1, 3, 0, 2], k=2, cap=4,
+                          trained=trained, waves=waves) == (2, [])
+    assert keep_untrained("gemm", cols, elems, [0, 1, 2, 3], k=2, cap=4,
+                          trained=trained) == (2, [])
+    unsplit = trained_from_rows(rows[rows["SPLIT_K"] == 1], "gemm")
+    assert SPLIT_WAVES not in unsplit["gemm"]["ranges"]
+
+
+def test_the_hook_measures_deep_splits_besides_its_top_k():
+    """Through the public hook with the shipped files: a triton.ops-style split-K list at
+    2048x2048x16384 (256 tiles of 128x128, so SPLIT_K 4 and 8 fill 7.8 and 15.5 waves, where
+    the trained splits stop at a few). The shipped model ranks such splits first; the hook
+    keeps its k best-ranked unsplit configs and measures the splits above them besides,
+    naming why."""
+    configs = [triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": bk, "SPLIT_K": sk},
+                             num_warps=w, num_stages=3)
+               for bk, sk, w in itertools.product((32, 64), (1, 4, 8), (4, 8))]
+    pruner = costtune.prune_configs_by("h200", 3, family="gemm")["early_config_prune"]
+    kept = pruner(configs, gemm_args(2048, 2048, 16384))
+    split = [c for c in kept if c.kwargs["SPLIT_K"] > 1]
+    assert len(kept) - len(split) == 3 and split
+    assert kept[-1].kwargs["SPLIT_K"] == 1  # the third unsplit one closes the list
+    (doubt,) = [text for kind, text in pruner.last.notes if kind == "config"]
+    assert doubt.startswith(f"{len(split)} gemm config(s)") and "waves of programs" in doubt
+
+
 @triton.jit
 def row_softmax(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
                 BLOCK_SIZE: tl.constexpr):

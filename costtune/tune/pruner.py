@@ -310,7 +310,7 @@ class ConfigPruner:
                 return order, k0, []
             return hook_order(launch.family, {c: v[alive] for c, v in columns.items()},
                               features["elems_per_thread"].to_numpy(), order, k=k0, cap=cap,
-                              problem=launch.problem)
+                              problem=launch.problem, waves=features["waves"].to_numpy())
 
         sub_order, grown, doubt = untrained(sub_order)
         k = max(k, grown)

@@ -5,8 +5,10 @@ trained configs and every untrained one it ranks above them, at most ``widen`` x
 ``costtune/models/trained_configs_h200.json`` holds, per family, every value each config
 parameter took in the training rows of ``datasets/h200`` (the rows the shipped models learned
 from) and the range of the accumulator elements per thread (tile / threads), so 256x256
-tiles at 4 warps (512 per thread) count as unseen even though 256 was seen on each side. It
-is generated, with its provenance, by::
+tiles at 4 warps (512 per thread) count as unseen even though 256 was seen on each side, and
+the most waves of programs (programs / SMs) a config splitting K was trained at, so a split of
+a grid already many waves deep counts as unseen though its SPLIT_K value was trained. It is
+generated, with its provenance, by::
 
     python -m costtune.tune.trained datasets/h200 --out costtune/models/trained_configs_h200.json
 
@@ -15,6 +17,9 @@ is generated, with its provenance, by::
 ...     print(why)
 BLOCK_M=512 (trained: 32, 64, 128, 256)
 512 accumulator elements per thread (trained: 4 to 256)
+>>> trained = {"gemm": {"values": {"SPLIT_K": [1, 2, 4]}, "ranges": {"split_waves": [0.5, 2.0]}}}
+>>> unseen_values("gemm", {"SPLIT_K": [4, 4, 1]}, waves=[31.0, 1.5, 31.0], trained=trained)
+{0: 'SPLIT_K=4 over 31 waves of programs (trained splits: up to 2 waves)'}
 
 """
 
@@ -43,6 +48,7 @@ TILE_SIZES = {"gemm": {"BLOCK_M": "M", "BLOCK_N": "N", "BLOCK_K": "K"},
               "softmax": {"BLOCK_N": "cols", "ROWS_PER_PROG": "rows"},
               "attention": {"BLOCK_M": "S", "BLOCK_N": "S"}}
 _DERIVED = ("elems_per_thread",)
+SPLIT_WAVES = "split_waves"  # the range of ``waves`` over training rows with SPLIT_K > 1
 # Families whose stage-1 model learned every implementation (experiments/impl_descriptor.py).
 ALL_IMPLEMENTATIONS = ("softmax", "attention", "gemm")
 
@@ -59,14 +65,15 @@ def load_trained() -> dict[str, Any]:
 def unseen_values(family: str, columns: Mapping[str, Any], *,
                   elems_per_thread: Any = None, among: Sequence[int] | None = None,
                   trained: Mapping[str, Any] | None = None,
-                  problem: Mapping[str, Any] | None = None) -> dict[int, str]:
+                  problem: Mapping[str, Any] | None = None, waves: Any = None
+                  ) -> dict[int, str]:
     """{position: what the training data lacked} for the configs (``columns``: each config
     parameter as an array, one entry per config; ``among``: the positions to look at, default
     all) holding a value the family's training rows never had, e.g.
     "BLOCK_M=512 (trained: 32, 64, 128, 256)", or, given the ``problem``, a tile larger than
     the size and than any trained at a size this small ("BLOCK_N=8192 at cols=1000 (trained
-    up to 1024)").
-    Empty for an unknown family."""
+    up to 1024)"), or, given the ``waves`` of programs, a split of K over more waves than any
+    trained split. Empty for an unknown family."""
     trained = load_trained() if trained is None else trained
     known = trained.get(family)
     n = len(next(iter(columns.values()))) if columns else 0
@@ -87,6 +94,14 @@ def unseen_values(family: str, columns: Mapping[str, Any], *,
         for j in np.flatnonzero(np.isfinite(e) & ((e < lo) | (e > hi))):
             parts.setdefault(int(picks[j]), []).append(
                 f"{e[j]:g} accumulator elements per thread (trained: {lo:g} to {hi:g})")
+    split_hi = known.get("ranges", {}).get(SPLIT_WAVES, (np.inf, np.inf))[1]
+    if waves is not None and "SPLIT_K" in columns:
+        w = np.asarray(waves, dtype=float)[picks]
+        split = np.asarray(columns["SPLIT_K"], dtype=float)[picks]
+        for j in np.flatnonzero((split > 1) & (w > split_hi)):
+            parts.setdefault(int(picks[j]), []).append(
+                f"SPLIT_K={split[j]:g} over {w[j]:.3g} waves of programs "
+                f"(trained splits: up to {split_hi:.3g} waves)")
     for name, (dim, most) in _tile_limits(family, known, problem).items():
         if name in columns:
             v = np.asarray(columns[name], dtype=float)[picks]
@@ -122,12 +137,13 @@ def _next_pow2(n: int) -> int:
 
 def config_doubts(family: str, columns: Mapping[str, Any], *, elems_per_thread: Any = None,
                   among: Sequence[int] | None = None, trained: Mapping[str, Any] | None = None,
-                  problem: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+                  problem: Mapping[str, Any] | None = None, waves: Any = None
+                  ) -> list[tuple[str, str]]:
     """[("config", message)] when a config (of ``among``, default all) holds a value the
     training data never had (or a tile larger than trained at the ``problem``'s sizes); []
     otherwise."""
     unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread, among=among,
-                           trained=trained, problem=problem)
+                           trained=trained, problem=problem, waves=waves)
     if not unseen:
         return []
     # Each value once, whichever configs hold it (configs share untrained values).
@@ -140,24 +156,26 @@ def config_doubts(family: str, columns: Mapping[str, Any], *, elems_per_thread: 
 def keep_untrained(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
                    order: Sequence[int], *, k: int, cap: int,
                    trained: Mapping[str, Any] | None = None,
-                   problem: Mapping[str, Any] | None = None
+                   problem: Mapping[str, Any] | None = None, waves: Any = None
                    ) -> tuple[int, list[tuple[str, str]]]:
     """(how many of ``order`` (positions best first) to keep, the doubt to note): ``k`` when
     no config with untrained values ranks in the first ``k``; else enough that the ``k``
     best-ranked configs with trained values are kept and, besides them, every untrained one
     ranked above the last of them (the model cannot be trusted on those either way, so they
     are measured), at most ``cap``. ``trained``: as from ``trained_from_rows`` (default: the
-    shipped file's). ``problem``: the launch's sizes, for tiles larger than trained there."""
+    shipped file's). ``problem``: the launch's sizes, for tiles larger than trained there;
+    ``waves``: each config's programs / SMs, for splits of K deeper than trained."""
     unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread,
-                           trained=trained, problem=problem)
+                           trained=trained, problem=problem, waves=waves)
     return _kept_count(family, columns, elems_per_thread, order, unseen, k=k, cap=cap,
-                       trained=trained, problem=problem)
+                       trained=trained, problem=problem, waves=waves)
 
 
 def trusted_within(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
                    order: Sequence[int], *, k: int, cap: int,
                    trained: Mapping[str, Any] | None = None,
-                   problem: Mapping[str, Any] | None = None) -> np.ndarray:
+                   problem: Mapping[str, Any] | None = None, waves: Any = None
+                   ) -> np.ndarray:
     """``order`` (positions best first) with its ``k`` best-ranked configs of trained values
     moved up, where needed, into the first ``cap``: untrained configs ranked above them keep
     their order and the places left, so the cap on untrained configs never crowds out every
@@ -168,22 +186,22 @@ def trusted_within(family: str, columns: Mapping[str, Any], elems_per_thread: An
     [0, 3, 1, 2]
     """
     unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread,
-                           trained=trained, problem=problem)
+                           trained=trained, problem=problem, waves=waves)
     return _trusted_first(order, unseen, k=k, cap=cap)
 
 
 def hook_order(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
                order: Sequence[int], *, k: int, cap: int,
                trained: Mapping[str, Any] | None = None,
-               problem: Mapping[str, Any] | None = None
+               problem: Mapping[str, Any] | None = None, waves: Any = None
                ) -> tuple[np.ndarray, int, list[tuple[str, str]]]:
     """What the pruning hook measures of ``order``: (``trusted_within``'s order, how many of
     it ``keep_untrained`` keeps, the doubt to note), the untrained configs found once."""
     unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread,
-                           trained=trained, problem=problem)
+                           trained=trained, problem=problem, waves=waves)
     order = _trusted_first(order, unseen, k=k, cap=cap)
     return (order, *_kept_count(family, columns, elems_per_thread, order, unseen, k=k,
-                                cap=cap, trained=trained, problem=problem))
+                                cap=cap, trained=trained, problem=problem, waves=waves))
 
 
 def _trusted_first(order: Sequence[int], unseen: Mapping[int, str], *, k: int,
@@ -200,8 +218,8 @@ def _trusted_first(order: Sequence[int], unseen: Mapping[int, str], *, k: int,
 
 def _kept_count(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
                 order: Sequence[int], unseen: Mapping[int, str], *, k: int, cap: int,
-                trained: Mapping[str, Any] | None, problem: Mapping[str, Any] | None
-                ) -> tuple[int, list[tuple[str, str]]]:
+                trained: Mapping[str, Any] | None, problem: Mapping[str, Any] | None,
+                waves: Any = None) -> tuple[int, list[tuple[str, str]]]:
     if not unseen or not any(int(j) in unseen for j in order[:k]):
         return k, []
     trusted, grown = 0, cap
@@ -211,7 +229,7 @@ def _kept_count(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
             grown = pos + 1
             break
     return grown, config_doubts(family, columns, elems_per_thread=elems_per_thread,
-                                among=order[:grown], trained=trained, problem=problem)
+                                among=order[:grown], trained=trained, problem=problem, waves=waves)
 
 
 def build(dataset: str | Path) -> dict[str, Any]:
@@ -238,6 +256,8 @@ def build(dataset: str | Path) -> dict[str, Any]:
 def trained_from_rows(rows: Any, family: str) -> dict[str, Any]:
     """{family: trained values and ranges} of dataset rows a model learned from (the file's
     ``families`` entry; a replay passes it as ``trained=`` for a model trained elsewhere)."""
+    import pandas as pd
+
     from costtune.features.static import static_features
     from costtune.tune.launch import FAMILY_PARAMS
 
@@ -246,6 +266,10 @@ def trained_from_rows(rows: Any, family: str) -> dict[str, Any]:
     values = {n: sorted(int(v) for v in rows[n].dropna().unique()) for n in names if n in rows}
     feats = static_features(rows)
     ranges = {c: [float(feats[c].min()), float(feats[c].max())] for c in _DERIVED}
+    if "SPLIT_K" in rows:
+        split = feats["waves"][pd.to_numeric(rows["SPLIT_K"], errors="coerce").to_numpy() > 1]
+        if len(split):
+            ranges[SPLIT_WAVES] = [float(split.min()), float(split.max())]
     tiles = {}
     for name, dim in TILE_SIZES[family].items():
         if name in rows and dim in rows:
