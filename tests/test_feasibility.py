@@ -352,18 +352,18 @@ def test_a_split_deeper_than_any_trained_split_counts_as_untrained():
 
 def test_the_hook_measures_deep_splits_besides_its_top_k():
     """Through the public hook with the shipped files: a triton.ops-style split-K list at
-    2048x2048x16384 (256 tiles of 128x128, so SPLIT_K 4 and 8 fill 7.8 and 15.5 waves, where
-    the trained splits stop at a few). The shipped model ranks such splits first; the hook
-    keeps its k best-ranked unsplit configs and measures the splits above them besides,
-    naming why."""
+    4096x4096x32768 (1,024 tiles of 128x128, so SPLIT_K 4 and 8 fill 31 and 62 waves, where
+    the trained splits stop at a few). The shipped model ranks such splits among its first;
+    the hook keeps its k best-ranked unsplit configs and measures the splits above them
+    besides, naming why."""
     configs = [triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": bk, "SPLIT_K": sk},
                              num_warps=w, num_stages=3)
                for bk, sk, w in itertools.product((32, 64), (1, 4, 8), (4, 8))]
-    pruner = costtune.prune_configs_by("h200", 3, family="gemm")["early_config_prune"]
-    kept = pruner(configs, gemm_args(2048, 2048, 16384))
+    pruner = costtune.prune_configs_by("h200", 2, family="gemm")["early_config_prune"]
+    kept = pruner(configs, gemm_args(4096, 4096, 32768))
     split = [c for c in kept if c.kwargs["SPLIT_K"] > 1]
-    assert len(kept) - len(split) == 3 and split
-    assert kept[-1].kwargs["SPLIT_K"] == 1  # the third unsplit one closes the list
+    assert len(kept) - len(split) == 2 and split
+    assert kept[-1].kwargs["SPLIT_K"] == 1  # the second unsplit one closes the list
     (doubt,) = [text for kind, text in pruner.last.notes if kind == "config"]
     assert doubt.startswith(f"{len(split)} gemm config(s)") and "waves of programs" in doubt
 
