@@ -142,8 +142,13 @@ def config_doubts(family: str, columns: Mapping[str, Any], *, elems_per_thread: 
     """[("config", message)] when a config (of ``among``, default all) holds a value the
     training data never had (or a tile larger than trained at the ``problem``'s sizes); []
     otherwise."""
-    unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread, among=among,
-                           trained=trained, problem=problem, waves=waves)
+    return _doubt(family, unseen_values(family, columns, elems_per_thread=elems_per_thread,
+                                        among=among, trained=trained, problem=problem,
+                                        waves=waves))
+
+
+def _doubt(family: str, unseen: Mapping[int, str]) -> list[tuple[str, str]]:
+    """``config_doubts``' note for the untrained configs found (``unseen_values``)."""
     if not unseen:
         return []
     # Each value once, whichever configs hold it (configs share untrained values).
@@ -167,8 +172,7 @@ def keep_untrained(family: str, columns: Mapping[str, Any], elems_per_thread: An
     ``waves``: each config's programs / SMs, for splits of K deeper than trained."""
     unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread,
                            trained=trained, problem=problem, waves=waves)
-    return _kept_count(family, columns, elems_per_thread, order, unseen, k=k, cap=cap,
-                       trained=trained, problem=problem, waves=waves)
+    return _kept_count(family, order, unseen, k=k, cap=cap)
 
 
 def trusted_within(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
@@ -200,8 +204,7 @@ def hook_order(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
     unseen = unseen_values(family, columns, elems_per_thread=elems_per_thread,
                            trained=trained, problem=problem, waves=waves)
     order = _trusted_first(order, unseen, k=k, cap=cap)
-    return (order, *_kept_count(family, columns, elems_per_thread, order, unseen, k=k,
-                                cap=cap, trained=trained, problem=problem, waves=waves))
+    return (order, *_kept_count(family, order, unseen, k=k, cap=cap))
 
 
 def _trusted_first(order: Sequence[int], unseen: Mapping[int, str], *, k: int,
@@ -216,10 +219,8 @@ def _trusted_first(order: Sequence[int], unseen: Mapping[int, str], *, k: int,
                     + [j for j in order if int(j) not in first], dtype=int)
 
 
-def _kept_count(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
-                order: Sequence[int], unseen: Mapping[int, str], *, k: int, cap: int,
-                trained: Mapping[str, Any] | None, problem: Mapping[str, Any] | None,
-                waves: Any = None) -> tuple[int, list[tuple[str, str]]]:
+def _kept_count(family: str, order: Sequence[int], unseen: Mapping[int, str], *, k: int,
+                cap: int) -> tuple[int, list[tuple[str, str]]]:
     if not unseen or not any(int(j) in unseen for j in order[:k]):
         return k, []
     trusted, grown = 0, cap
@@ -228,8 +229,8 @@ def _kept_count(family: str, columns: Mapping[str, Any], elems_per_thread: Any,
         if trusted == k:
             grown = pos + 1
             break
-    return grown, config_doubts(family, columns, elems_per_thread=elems_per_thread,
-                                among=order[:grown], trained=trained, problem=problem, waves=waves)
+    kept = {int(j) for j in order[:grown]}
+    return grown, _doubt(family, {i: why for i, why in unseen.items() if i in kept})
 
 
 def build(dataset: str | Path) -> dict[str, Any]:
