@@ -8,8 +8,9 @@ whose shipped model has no table, by continued training):
 
 - ``stage 1``: the static model (the family's shipped stage-1 kind) updated on the harvest,
   ranking every config: the learning curve's own rows;
-- ``stage 2``: a static+compiled booster for all families (the kind ``h200_compiled`` is),
-  trained on every other implementation, updated on the harvest with the held-out kernel's own
+- ``stage 2``: a booster of the kind the family's shipped stage 2 is (its feature set and
+  scope in ``costtune/models/stage2_h200.json``: static+compiled or static+ir+compiled, for
+  all families or the family alone), trained on every other implementation, updated on the harvest with the held-out kernel's own
   compiled features, ranking every config;
 - ``two-stage w=x``: what the hook does with both learned models: the best ``SHORTLIST`` by
   the learned stage 1, ordered by their blend at stage-1 weight x
@@ -65,6 +66,18 @@ WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 STAGE2 = ("continue",)
 
 
+def shipped_stage2(family: str) -> tuple[str, str]:
+    """(feature set, "all" or "family") of the family's shipped stage-2 booster."""
+    import json
+
+    from costtune.model.files import shipped_model_dir
+    from costtune.tune.ranking import STAGE2_FILE
+
+    record = json.loads((shipped_model_dir() / STAGE2_FILE).read_text())
+    features, scope = record["families"][family]["stage2"].split("/")
+    return features, scope
+
+
 def scores_of(test: pd.DataFrame, rankings: dict) -> dict:
     return {**topk_scores(topk_table(test, rankings, ks=KS), ks=KS, worst=(8,)),
             "n_workloads": len(rankings)}
@@ -86,7 +99,9 @@ def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int],
         return []
     base1 = default_model(family=family, **lc.shipped_params(family)).fit(case["train"])
     table1 = TrainingTable.from_rows(base1, case["train"])
-    base2 = default_model(family="all", features="static+compiled").fit(others)
+    features, scope = shipped_stage2(family)
+    base2 = default_model(family="all" if scope == "all" else family,
+                          features=features).fit(others)
     table2 = (TrainingTable.from_rows(base2, others)
               if any(m.startswith("refit:") for m in stage2) else None)
     parts = {"test": case["test"].reset_index(drop=True),
@@ -191,10 +206,12 @@ def report(table: pd.DataFrame, *, n_rows: int, seeds: int, seconds: float) -> l
             f"refitted with its training rows ({lc.SHIPPED}); stage 2 updated by each of "
             f"{', '.join(f'`{u}`' for u in updates)} (`continue`: continued training; "
             "`refit:w`: refitted on its training rows and the harvest, a harvested workload "
-            f"weighing w); {seeds} seeds, means shown), with a static+compiled booster for "
-            "all families (trained on every other implementation's train suite) learned beside "
+            f"weighing w); {seeds} seeds, means shown), with a booster of the family's "
+            "shipped stage-2 kind (" + ", ".join(
+                f"{f}: {'/'.join(shipped_stage2(f))}" for f in sorted(set(table["family"])))
+            + "; trained on every other implementation's train suite) learned beside "
             "the static stage-1 model from the same harvested rows and their compiled "
-            "features (the held-out kernel's own, datasets/h200's feature tables). "
+            "and IR features (the held-out kernel's own, datasets/h200's feature tables). "
             f"`two-stage w=x`: the best {SHORTLIST} by the learned stage 1, ordered by the "
             "blend of the two learned models at stage-1 weight x "
             "(`costtune.tune.ranking.blend_order`).",

@@ -17,10 +17,10 @@ worst8, per family. The hook's two stages are replayed as the hook runs them
 (``two_stage=True``): stage 1 ranks every config with the feature set of the family's shipped
 stage-1 model (``static`` for GEMM and attention, ``static+src`` for softmax), stage 2 takes
 its best ``SHORTLIST`` and orders them by ``costtune.tune.ranking.blend_order``: a weight ``w``
-of stage 1's rank percentile and ``1 - w`` of a compiled booster's (``static+compiled/all`` or
-``/family``); per family the booster and ``w`` with the best train-suite criterion ship (ties
-within 0.002 go to one booster for all families, then to the smaller ``w``). IR rows are
-research rows (the hook has no IR path). With ``--ship`` the stage-2 boosters are refitted on
+of stage 1's rank percentile and ``1 - w`` of a compiled booster's (``static+compiled`` or
+``static+ir+compiled``, ``/all`` or ``/family``: the hook's compile gives the IR counts too);
+per family the booster and ``w`` with the best train-suite criterion ship (ties within 0.002
+go to the earlier of ``STAGE2_ROWS``, then to the smaller ``w``). With ``--ship`` the stage-2 boosters are refitted on
 the train suite of every implementation and saved under costtune/models
 (``experiments.model_selection.ship``) with the weights (``costtune/models/stage2_h200.json``);
 stage 1 is experiments.impl_descriptor's (every family: trained on all its implementations;
@@ -63,7 +63,10 @@ CRITERION = ["top1", "top4", "top8", "worst8"]
 SETS = ("static", "static+src", "static+ir", "static+compiled", "static+ir+compiled")
 SHORTLIST = 32  # prune_configs_by's default
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
-STAGE2_ROWS = ("static+compiled/all", "static+compiled/family")
+# The IR counts come from the compile that gives the compiled features (the hook's tables
+# carry both), so the +ir boosters cost the hook nothing more; ties go to the earlier row.
+STAGE2_ROWS = ("static+compiled/all", "static+compiled/family", "static+ir+compiled/all",
+               "static+ir+compiled/family")
 BASE = {"objective": "rank:pairwise", "family": "all", "n_estimators": 300, "max_depth": 6,
         "learning_rate": 0.1}
 BASELINE = "single-implementation (static, original kernels only)"
@@ -85,7 +88,9 @@ def with_tables(data: pd.DataFrame, dataset: Path) -> pd.DataFrame:
 # model_selection's candidate names for the shippable stage-2 rows: (stage, candidate).
 SHIPPABLE = {"static/all": (1, "all-300"), "static/family": (1, "family-300"),
              "static+compiled/all": (2, "all-300-compiled"),
-             "static+compiled/family": (2, "family-300-compiled")}
+             "static+compiled/family": (2, "family-300-compiled"),
+             "static+ir+compiled/all": (2, "all-300-ir-compiled"),
+             "static+ir+compiled/family": (2, "family-300-ir-compiled")}
 
 
 def run(data: pd.DataFrame, sets: list[str], *, suite: str, threads: int

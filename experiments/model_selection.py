@@ -51,6 +51,11 @@ CANDIDATES = {
                              "n_estimators": 300}),
     "family-300-compiled": (2, {"family": None, "features": "static+compiled",
                                 "n_estimators": 300}),
+    # The IR counts come from the same compile (the hook's tables carry them): loio's rows.
+    "all-300-ir-compiled": (2, {"family": "all", "features": "static+ir+compiled",
+                                "n_estimators": 300}),
+    "family-300-ir-compiled": (2, {"family": None, "features": "static+ir+compiled",
+                                   "n_estimators": 300}),
 }
 
 
@@ -123,9 +128,12 @@ def ship(choice: pd.DataFrame, train: pd.DataFrame, compiled: pd.DataFrame | Non
             old.unlink()
         extra = {"compiled": compiled} if stage == 2 else {}
         fits = [(base, g["cross_family"].iloc[0], None)]
-        fits += [(f"{base}_{r.kernel}", r.chosen, r.kernel) for r in g.itertuples()
-                 if CANDIDATES[r.chosen][1]["family"] is None
-                 and f"{base}_{r.kernel}" not in SHIPPED_ELSEWHERE]
+        # A family whose choice is not the cross-family model gets its own file: a per-family
+        # booster, or one for all families on other features (trained on every family).
+        fits += [(f"{base}_{r.kernel}", r.chosen,
+                  r.kernel if CANDIDATES[r.chosen][1]["family"] is None else None)
+                 for r in g.itertuples()
+                 if r.chosen != r.cross_family and f"{base}_{r.kernel}" not in SHIPPED_ELSEWHERE]
         for file, cand, kernel in fits:
             params = {**BASE, **CANDIDATES[cand][1]}
             rows = train if kernel is None else train[train["kernel"] == kernel]

@@ -378,16 +378,35 @@ def test_two_stage_needs_compiled_features(model, record):
     assert len(messages) == 1 and "compiled features" in messages[0]
 
 
-def fake_compiled(rows: pd.DataFrame, **_) -> pd.DataFrame:
+def fake_compiled(rows: pd.DataFrame, ir: bool = False, **_) -> pd.DataFrame:
     """Stand-in for the AOT compile (tens of seconds here): registers grow with the tile,
-    and BLOCK_N=64 with BLOCK_K=64 'fails' to compile."""
+    and BLOCK_N=64 with BLOCK_K=64 'fails' to compile; ``ir``: with the IR counts too, as the
+    hook asks for them (``fake_ir``'s)."""
     from costtune.features.compiled import COMPILED_FEATURES
 
     keys = rows.drop_duplicates(["workload", "config"]).reset_index(drop=True)
     table = pd.DataFrame(0.0, index=keys.index, columns=COMPILED_FEATURES)
     table["n_regs"] = keys["BLOCK_M"] * keys["BLOCK_N"] / keys["num_warps"]
+    if ir:
+        counts = fake_ir(rows)
+        table = pd.concat([table, counts.drop(columns=["workload", "config", "ir_status"])],
+                          axis=1).assign(ir_ok=1.0)
     bad = (keys["BLOCK_N"] == 64) & (keys["BLOCK_K"] == 64)
     table.insert(0, "compile_status", np.where(bad, "out_of_resources", "ok"))
+    table.insert(0, "config", keys["config"])
+    table.insert(0, "workload", keys["workload"])
+    return table
+
+
+def fake_ir(rows: pd.DataFrame) -> pd.DataFrame:
+    """Stand-in for the IR compile: one dot, and shared buffers that grow with the tile."""
+    from costtune.build.ir import IR_FEATURES
+
+    keys = rows.drop_duplicates(["workload", "config"]).reset_index(drop=True)
+    table = pd.DataFrame(0.0, index=keys.index, columns=IR_FEATURES)
+    table["ir_dot"] = 1.0
+    table["ttgir_local_alloc_bytes"] = (keys["BLOCK_M"] + keys["BLOCK_N"]) * keys["BLOCK_K"] * 2
+    table.insert(0, "ir_status", "ok")
     table.insert(0, "config", keys["config"])
     table.insert(0, "workload", keys["workload"])
     return table
@@ -599,8 +618,12 @@ def test_prune_vs_exhaustive_plans_on_cpu(capsys, tmp_path):
 
 def test_shipped_set_serves_each_family_and_has_a_stage2(train_rows, monkeypatch, record):
     """The shipped `h200` resolves per family like `costtune eval` scores it, and two_stage
-    without a stage2_model uses the shipped compiled-feature sibling `h200_compiled`."""
+    without a stage2_model uses the shipped compiled-feature sibling `h200_compiled` (or the
+    family's own `h200_compiled_<family>`) of the kind loio chose (stage2_h200.json)."""
+    import json
+
     models_dir = Path(costtune.__file__).parent / "models"
+    chosen = json.loads((models_dir / "stage2_h200.json").read_text())["families"]
     for family in ("gemm", "softmax", "attention"):
         model, note = CostModel.load_for("h200", family)
         # The shipped softmax model reads the kernel's source too (issue 18).
@@ -609,7 +632,9 @@ def test_shipped_set_serves_each_family_and_has_a_stage2(train_rows, monkeypatch
         own = (models_dir / f"h200_{family}.json").exists()
         assert model.family == (family if own else "all")
         stage2, _ = CostModel.load_for("h200_compiled", family)
-        assert stage2.features == "static+compiled" and family in stage2.families_
+        features, scope = chosen[family]["stage2"].split("/")
+        assert stage2.features == features and family in stage2.families_
+        assert stage2.family == ("all" if scope == "all" else family)
     monkeypatch.setattr("costtune.features.compiled.compiled_features",
                         lambda rows, **kw: fake_compiled(rows))
     pruner = costtune.prune_configs_by("h200", 2, family="gemm", two_stage=True,
@@ -827,7 +852,8 @@ table = kernel_compiled_table(tile_matmul, args, configs, cache_dir=sys.argv[2],
                               memo=memo, arch=90)
 out = {"status": table["compile_status"].tolist(), "n_regs": table["n_regs"].tolist(),
        "shared": table["shared_bytes"].tolist(), "launches": table["n_launches"].tolist(),
-       "memo": len(memo)}
+       "memo": len(memo), "ir_dot": table["ir_dot"].tolist(), "ir_ok": table["ir_ok"].tolist(),
+       "ir_loop_loads": table["ir_load_in_loop"].tolist()}
 
 
 @triton.jit
@@ -890,6 +916,15 @@ pruner = costtune.prune_configs_by(
 pruner.kernel = tile_matmul
 out["kept"] = len(pruner(configs, args))
 out["stage2"], out["stage2_kernel"] = pruner.last.stage2, pruner.last.stage2_kernel
+ir_pruner = costtune.prune_configs_by(  # a stage-2 model on IR counts too: the same compile
+    model, 1, family="gemm", problem={"M": "m", "N": "n", "K": "k"},
+    params={"BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K"}, two_stage=True, shortlist=3,
+    stage2_model=CostModel.load(sys.argv[4]), cache_dir=sys.argv[2],
+    precompile=False)["early_config_prune"]
+ir_pruner.kernel = tile_matmul
+out["ir_kept"] = len(ir_pruner(configs, args))
+out["ir_stage2"] = [ir_pruner.last.stage2, ir_pruner.last.stage2_kernel,
+                    dict(ir_pruner.last.notes)]
 print(json.dumps(out))
 """
 
@@ -907,11 +942,15 @@ def test_stage2_compiles_the_users_own_kernel(train_rows, tmp_path):
     compiled = CostModel(features="static+compiled", family="gemm", n_estimators=10,
                          max_depth=3).fit(train_rows, compiled=fake_compiled(train_rows))
     path = compiled.save(tmp_path / "stage2")
+    with_ir = CostModel(features="static+ir+compiled", family="gemm", n_estimators=10,
+                        max_depth=3).fit(train_rows, compiled=fake_compiled(train_rows),
+                                         ir=fake_ir(train_rows))
+    ir_path = with_ir.save(tmp_path / "stage2_ir")
     script = tmp_path / "user_stage2.py"
     script.write_text(USER_STAGE2)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, str(script), str(path), str(tmp_path / "cache"),
-                          str(Path(__file__).parent)],
+                          str(Path(__file__).parent), str(ir_path)],
                          env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
@@ -919,6 +958,11 @@ def test_stage2_compiles_the_users_own_kernel(train_rows, tmp_path):
     assert min(out["n_regs"][:2]) > 0 and out["launches"][:2] == [1, 1]
     assert out["shared"][1] > out["shared"][0] > 0
     assert out["kept"] == 1 and out["stage2"] and out["stage2_kernel"] == "yours"
+    # The same compile's TTIR/TTGIR counts: one dot inside the K loop, its loads in the loop
+    # too; a config over the shared-memory limit still compiled that far.
+    assert out["ir_dot"] == [1, 1, 1] and out["ir_ok"] == [1.0, 1.0, 1.0]
+    assert min(out["ir_loop_loads"]) >= 2
+    assert out["ir_kept"] == 1 and out["ir_stage2"][:2] == [True, "yours"], out["ir_stage2"]
     # Each config compiled with the block shape its pre_hook sets, on a copy of the caller's
     # descriptor.
     assert out["hooked_status"] == ["ok", "ok"] and out["caller_block"] == [8, 8]

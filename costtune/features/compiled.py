@@ -37,6 +37,7 @@ from costtune.build.aot import (
 )
 from costtune.build.asm import PTX_FEATURES, RESOURCE_FEATURES, SASS_FEATURES
 from costtune.build.cache import default_cache_dir, read_record, write_record
+from costtune.build.ir import IR_FEATURES
 from costtune.build.pool import get_pool
 from costtune.build.threads import interpreting, thread_pool
 from costtune.features.static import parse_config_key
@@ -121,9 +122,11 @@ def launch_jobs(kernel: str, problem: dict[str, Any], dtype: str, config: Config
 
 def compiled_features(df: pd.DataFrame, *, arch: int = 90, workers: int | None = None,
                       cache_dir: str | os.PathLike | None = None,
-                      sass: bool = True, threads: bool = False) -> pd.DataFrame:
+                      sass: bool = True, threads: bool = False, ir: bool = False
+                      ) -> pd.DataFrame:
     """One row per distinct (workload, config) of ``df``: ``compile_status``, ``compile_error``,
-    ``compile_s``, ``compile_key`` and ``COMPILED_FEATURES`` (NaN where the compile failed).
+    ``compile_s``, ``compile_key`` and ``COMPILED_FEATURES`` (NaN where the compile failed);
+    with ``ir`` also the TTIR/TTGIR counts the same compile gave (``IR_FEATURES``, ``ir_ok``).
 
     ``workers``: processes (default: all cores; 1 compiles in this process, unless this
     process runs Triton's interpreter, whose kernels cannot compile: then in one worker).
@@ -142,9 +145,8 @@ def compiled_features(df: pd.DataFrame, *, arch: int = 90, workers: int | None =
     jobs = {j.key: j for item in row_jobs if not isinstance(item, str) for j in item[0]}
     records = compile_jobs(list(jobs.values()), workers=workers, cache_dir=cache_dir,
                            sass=sass, pool=pool, threads=threads and pool is None)
-    out = [_row_features(item, records) for item in row_jobs]
-    table = pd.DataFrame(out, columns=["compile_status", "compile_error", "compile_s",
-                                       "compile_key", *COMPILED_FEATURES])
+    out = [_row_features(item, records, ir=ir) for item in row_jobs]
+    table = pd.DataFrame(out, columns=table_columns(ir=ir))
     table.insert(0, "config", keys["config"].to_numpy())
     table.insert(0, "workload", keys["workload"].to_numpy())
     return table
@@ -180,8 +182,17 @@ def _workload_jobs(group: pd.DataFrame, arch: int) -> list[tuple[list[CompileJob
     return out
 
 
+def table_columns(*, ir: bool = False) -> list[str]:
+    """The columns of a ``compiled_features`` table after its keys (``ir``: with the IR counts
+    the compile gave)."""
+    from costtune.model.features import IR_OK
+
+    cols = ["compile_status", "compile_error", "compile_s", "compile_key", *COMPILED_FEATURES]
+    return cols + [c for c in (*IR_FEATURES, IR_OK) if c not in cols] if ir else cols
+
+
 def _row_features(item: tuple[list[CompileJob], int] | str,
-                  records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+                  records: dict[str, dict[str, Any]], *, ir: bool = False) -> dict[str, Any]:
     if isinstance(item, str):
         status, _, error = item.partition("\t")
         return {"compile_status": status, "compile_error": error[:600]}
@@ -190,6 +201,11 @@ def _row_features(item: tuple[list[CompileJob], int] | str,
     bad = next((r for r in recs if r["status"] != Status.OK.value), None)
     rec = recs[main]
     row = {k: rec.get(k, np.nan) for k in COMPILED_FEATURES}
+    if ir:  # a full compile's record carries the counts of its TTIR/TTGIR stages
+        from costtune.model.features import IR_OK
+
+        row.update({k: rec.get(k, np.nan) for k in IR_FEATURES if k not in row})
+        row[IR_OK] = float(not np.isnan(float(rec.get(IR_FEATURES[0], np.nan))))
     row.update(compile_status=(bad or rec)["status"], compile_error=(bad or rec)["error"],
                compile_s=sum(r.get("compile_s", np.nan) for r in recs),
                compile_key=jobs[main].key, n_launches=len(jobs))

@@ -96,14 +96,15 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
     each of ``configs`` (``triton.Config``), specialized on this call's ``args`` (after the
     config's ``pre_hook``, on copied descriptors) exactly as the JIT would
     (``build.aot.specialize``), AOT-compiled for this host's GPU arch (sm_90 without one) on
-    the CPU: one row per config, in order, with ``compile_status`` and ``COMPILED_FEATURES``.
+    the CPU: one row per config, in order, with ``compile_status``, ``COMPILED_FEATURES`` and
+    the TTIR/TTGIR counts of the same compile (``IR_FEATURES``, for ``static+ir+compiled``).
     A config that does not compile gets its status (e.g. ``out_of_resources``). Raises when
     ``fn`` cannot be compiled here at all (not a JIT function, Triton's interpreter on,
     arguments it does not take, no config compiles): the caller then describes the configs
     with the family's own kernel (``compiled_table``)."""
     from costtune.build.aot import jit_function, specialize
     from costtune.build.threads import interpreting
-    from costtune.features.compiled import COMPILED_FEATURES, _row_features, compile_jobs
+    from costtune.features.compiled import _row_features, compile_jobs, table_columns
     from costtune.kernels.base import KernelCall
     from costtune.tune.kind import heuristic_rules
     from costtune.tune.precompile import hooked_args
@@ -133,9 +134,8 @@ def kernel_compiled_table(fn: Any, args: Mapping[str, Any], configs: Sequence[An
     todo = [j for j in jobs if j.key not in memo]
     if todo:
         memo.update(compile_jobs(todo, workers=workers, cache_dir=cache_dir, threads=True))
-    rows = [_row_features(([j], 0), memo) for j in jobs]
-    table = pd.DataFrame(rows, columns=["compile_status", "compile_error", "compile_s",
-                                        "compile_key", *COMPILED_FEATURES])
+    rows = [_row_features(([j], 0), memo, ir=True) for j in jobs]
+    table = pd.DataFrame(rows, columns=table_columns(ir=True))
     if len(table) and not (table["compile_status"] == "ok").any():
         raise RuntimeError(f"none of the {len(table)} configs compiled; the first: "
                            f"{table['compile_error'].iloc[0][:200]}")
@@ -160,7 +160,7 @@ def compiled_table(launch: Launch, params: Sequence[dict[str, Any]], *, cache_di
         # Threads: the shortlist is a few dozen compiles, and a process pool would first
         # spend seconds starting (its workers import torch and triton).
         table = compiled_features(todo, arch=current_arch(), workers=workers,
-                                  cache_dir=cache_dir, threads=True)
+                                  cache_dir=cache_dir, threads=True, ir=True)
         for rec in table.to_dict("records"):
             memo[(rec["workload"], rec["config"])] = rec
     return pd.DataFrame([memo[k] for k in keys])
