@@ -10,8 +10,8 @@ whose shipped model has no table, by continued training):
   ranking every config: the learning curve's own rows;
 - ``stage 2``: a booster of the kind the family's shipped stage 2 is (its feature set and
   scope in ``costtune/models/stage2_h200.json``: static+compiled or static+ir+compiled, for
-  all families or the family alone), trained on every other implementation, updated on the harvest with the held-out kernel's own
-  compiled features, ranking every config;
+  all families or the family alone), trained on every other implementation, updated on the
+  harvest with the held-out kernel's own compiled and IR features, ranking every config;
 - ``two-stage w=x``: what the hook does with both learned models: the best ``SHORTLIST`` by
   the learned stage 1, ordered by their blend at stage-1 weight x
   (``experiments.loio.two_stage_order``); x is chosen on the held-out kernel's unharvested

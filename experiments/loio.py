@@ -20,8 +20,8 @@ its best ``SHORTLIST`` and orders them by ``costtune.tune.ranking.blend_order``:
 of stage 1's rank percentile and ``1 - w`` of a compiled booster's (``static+compiled`` or
 ``static+ir+compiled``, ``/all`` or ``/family``: the hook's compile gives the IR counts too);
 per family the booster and ``w`` with the best train-suite criterion ship (ties within 0.002
-go to the earlier of ``STAGE2_ROWS``, then to the smaller ``w``). With ``--ship`` the stage-2 boosters are refitted on
-the train suite of every implementation and saved under costtune/models
+go to the earlier of ``STAGE2_ROWS``, then to the smaller ``w``). With ``--ship`` the stage-2
+boosters are refitted on the train suite of every implementation and saved under costtune/models
 (``experiments.model_selection.ship``) with the weights (``costtune/models/stage2_h200.json``);
 stage 1 is experiments.impl_descriptor's (every family: trained on all its implementations;
 GEMM with the original kernel's workloads weighing 16, which the replayed ``static/family`` row
