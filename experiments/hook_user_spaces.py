@@ -27,8 +27,8 @@ from experiments import harness  # noqa: E402
 
 QUESTION = "hook_user_spaces"
 RAW = harness.RAW / QUESTION
-ORDER = ["stage1", "two_stage", "two_stage:w0", "two_stage:ours", "autotune:stage1",
-         "autotune:two_stage"]
+ORDER = ["stage1", "two_stage", "two_stage:w0", "two_stage:no_ir", "two_stage:ours",
+         "autotune:stage1", "autotune:two_stage"]
 
 
 def all_calls(raw: Path) -> list[str]:
@@ -117,6 +117,8 @@ def report(methods: pd.DataFrame, spaces: pd.DataFrame) -> list[str]:
              "cannot run were kept). `stage1`: the default hook (static features); `two_stage`: "
              "compiled features of the user's own kernel at each config, blended at the "
              "shipped stage-1 weight; `two_stage:w0`: the compiled booster alone; "
+             "`two_stage:no_ir`: the booster for all families without IR counts "
+             "(`h200_compiled`; GEMM's stage 2 before 2026-12-07's `h200_compiled_gemm`); "
              "`two_stage:ours`: compiled features of costtune's own kernel of the family (the "
              "hook before 2026-12-02); `autotune:*`: a fresh `triton.autotune` with the hook, "
              "scored by the config Triton picked (the hook's precompile replaces kept configs "

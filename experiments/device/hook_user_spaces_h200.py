@@ -10,7 +10,8 @@ records the call's arguments. Then each method's pruner is called on those argum
 would call it, at top_k = 1, 4, 8, and scored by TenSet's ratio: the best time of the list over
 the best time among the kept. Methods: ``stage1`` (the default hook, static features),
 ``two_stage`` (compiled features of the user's own kernel, blended at the shipped stage-1
-weight), ``two_stage:w0`` (the compiled booster alone) and ``two_stage:ours`` (compiled
+weight), ``two_stage:w0`` (the compiled booster alone), ``two_stage:no_ir`` (the booster for
+all families without IR counts, which GEMM's own replaced) and ``two_stage:ours`` (compiled
 features of costtune's own kernel of the family at the same configs: the hook before this
 change); and, through ``triton.autotune`` itself with the hook (``autotune:stage1``,
 ``autotune:two_stage``): the config Triton picks (after the hook's precompile replaced what
@@ -100,7 +101,10 @@ LEARN_SHAPES = {
 }
 METHODS = {"stage1": {}, "two_stage": {"two_stage": True},
            "two_stage:w0": {"two_stage": True, "stage1_weight": 0.0},
-           "two_stage:ours": {"two_stage": True}}
+           "two_stage:ours": {"two_stage": True},
+           # The cross-family static+compiled booster (no IR counts) at the family's shipped
+           # weight: GEMM's stage 2 before the twenty-ninth session, side by side.
+           "two_stage:no_ir": {"two_stage": True}}
 # Through triton.autotune itself, as a user runs it: the hook prunes, precompiles (and
 # replaces what cannot launch), Triton benchmarks the kept configs and launches its pick.
 TUNED = {"autotune:stage1": {}, "autotune:two_stage": {"two_stage": True}}
@@ -156,6 +160,12 @@ def kept_by(method: str, family: str, k: int, configs: list, seen: dict, tuner) 
     import costtune
 
     options = METHODS[method]
+    if method == "two_stage:no_ir":
+        from costtune.model.files import shipped_model_dir
+        from costtune.tune.ranking import stage1_weight
+
+        options = {**options, "stage2_model": str(shipped_model_dir() / "h200_compiled.json"),
+                   "stage1_weight": stage1_weight("h200_compiled", family)}
     pruner = costtune.prune_configs_by("h200", k, family=family, preload=False,
                                        precompile=False, **options)["early_config_prune"]
     pruner.kernel = tuner
