@@ -24,7 +24,7 @@ __all__ = ["LEARNED_WEIGHT", "rerank"]
 # The stage-1 weight once learn=True has taught the kernel its stage-2 model: chosen by
 # experiments/learning_curve_stage2.py on held-out implementations' unharvested train-suite
 # shapes (tests/test_learning_curve.py checks it against the committed results).
-LEARNED_WEIGHT = 0.5  # 0.75 until the rerun on 90,372 rows (twenty-first session)
+LEARNED_WEIGHT = 0.25  # 0.5 until the rerun on fifteen implementations (2026-12-07)
 
 
 def rerank(pruner: Any, launch: Any, params: list[dict], features: Any, keys: np.ndarray,
