@@ -24,7 +24,7 @@ go to the earlier of ``STAGE2_ROWS``, then to the smaller ``w``). With ``--ship`
 boosters are refitted on the train suite of every implementation and saved under costtune/models
 (``experiments.model_selection.ship``) with the weights (``costtune/models/stage2_h200.json``);
 stage 1 is experiments.impl_descriptor's (every family: trained on all its implementations;
-GEMM with the original kernel's workloads weighing 16, which the replayed ``static/family`` row
+GEMM with the original kernel's workloads weighing 2, which the replayed ``static/family`` row
 does not weigh).
 Writes experiments/results/loio.{md,csv}, loio_selection.csv and loio_kept.csv (the chosen
 two stages as the hook keeps them: every config with values the held-out run never trained on
