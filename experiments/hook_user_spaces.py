@@ -81,8 +81,14 @@ def tables(methods: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return per_shape, summary.sort_values(["method", "k"])
 
 
-def report(methods: pd.DataFrame, spaces: pd.DataFrame) -> list[str]:
+def report(methods: pd.DataFrame, spaces: pd.DataFrame, raw: Path = RAW) -> list[str]:
     per_shape, summary = tables(methods)
+    methods = methods.assign(configs=methods["kept"].map(
+        lambda k: len(k) if isinstance(k, list) else None))
+    measured_n = (methods.groupby(["method", "k"])["configs"].mean().unstack("k")
+                  .reindex([m for m in ORDER if m in set(methods["method"])]))
+    measured_n.columns = [f"k={k}" for k in measured_n.columns]
+    gpus = ", ".join(sorted(spaces["gpu"].dropna().astype(str).unique())) or "GPU unknown"
     flat = per_shape.copy()
     flat.columns = [f"{m} k={k}" for m, k in flat.columns]
     kernels = (methods[methods["method"] == "two_stage"].groupby("style")["stage2_kernel"]
@@ -97,11 +103,11 @@ def report(methods: pd.DataFrame, spaces: pd.DataFrame) -> list[str]:
             f"- Measured in device call `{call}` ({', '.join(sorted(rows['style'].unique()))}): "
             f"{first.get('gpu')}, torch {first.get('torch')}, triton {first.get('triton')}, "
             f"costtune {str(first.get('costtune_commit'))[:7]}, {first.get('date')}.")
-    lines = ["# The hook on kernels written outside the project (H200)", "", *measured,
+    lines = [f"# The hook on kernels written outside the project ({gpus})", "", *measured,
              "- Command: `COSTTUNE_COMMIT=<commit> bash "
              "experiments/device/call_hook_spaces_h200.sh` "
              "(`experiments/device/hook_user_spaces_h200.py`, `--styles` to measure some); "
-             f"raw records in `results/raw/{QUESTION}/`, one pair of files per call; each "
+             f"raw records in `{harness.relative(raw)}/`, one pair of files per call; each "
              "(style, shape) is reported from the newest call that measured it.",
              harness.provenance(), "",
              "Kernels in the styles of Triton's tutorials 02 (softmax), 03 (matmul, the "
@@ -124,6 +130,10 @@ def report(methods: pd.DataFrame, spaces: pd.DataFrame) -> list[str]:
              "scored by the config Triton picked (the hook's precompile replaces kept configs "
              "that cannot launch).", "",
              "## Summary over shapes", "", harness.md_table(summary, floatfmt=".3f"), "",
+             "Configs each method kept, mean over shapes (the hook keeps more than k where "
+             "the model may not apply: an untrained value, a doubt, another GPU than the "
+             "model's):", "", measured_n.reset_index().to_markdown(index=False,
+                                                                   floatfmt=".1f"), "",
              "## Per shape", "", harness.md_table(flat.reset_index(), floatfmt=".3f"), "",
              "Stage 2 compiled: " + ", ".join(f"{s} {v}" for s, v in kernels.items()) + ".", ""]
     if len(replaced):
@@ -143,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     methods, spaces = load(args.raw, sorted(args.call, key=_call_number) if args.call
                            else all_calls(args.raw))
-    lines = report(methods, spaces)
+    lines = report(methods, spaces, args.raw)
     per_shape, _ = tables(methods)
     flat = per_shape.copy()
     flat.columns = [f"{m} k={k}" for m, k in flat.columns]
