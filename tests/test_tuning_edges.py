@@ -340,28 +340,45 @@ def test_an_error_confined_to_one_value_is_replaced_however_often_it_comes():
 
 
 @triton.jit
-def doubled_when_square64(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
-                          BK: tl.constexpr):
-    """A matmul whose 64 x 64 config is wrong (it writes 2 x @ y)."""
+def doubled_at(x, y, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+               WM: tl.constexpr, WN: tl.constexpr):
+    """A matmul whose WM x WN config is wrong (it writes 2 x @ y)."""
     acc = tile_product(x, y, m, n, k, BM, BN, BK)
-    if BM == 64 and BN == 64:
+    if BM == WM and BN == WN:
         acc = acc * 2.0
     store_tile(out, acc, m, n, BM, BN)
 
 
 def test_adaptive_check_finds_voters_when_its_cap_holds_every_config():
-    configs = [c for c in _configs() if c.num_warps == 4]  # 4 configs, the cap 16: all kept
-    tuned = costtune.autotune(configs, key=["m", "n", "k"], family="gemm", problem=PROBLEM,
-                              params=PARAMS, range_margin=None, do_bench=StepBench(),
-                              precompile=False, check=True,
-                              budget=Adaptive(max_configs=16, margin=0.0)
-                              )(doubled_when_square64)
+    """Every config benchmarked (4 configs, a cap of 16), the first benchmarked fastest: the
+    model's first pick, made wrong here, is caught by the others' outputs."""
+    configs = [c for c in _configs() if c.num_warps == 4]
+
+    def tuner(check):
+        return costtune.autotune(configs, key=["m", "n", "k"], family="gemm", problem=PROBLEM,
+                                 params=PARAMS, range_margin=None, do_bench=StepBench(),
+                                 precompile=False, check=check,
+                                 budget=Adaptive(max_configs=16, margin=0.0))(doubled_at)
+
+    def launch(tuned, wrong):
+        torch.manual_seed(0)
+        x, y = (torch.randn(s).to(torch.float16) for s in ((64, 64), (64, 128)))
+        out = torch.empty(64, 128, dtype=torch.float32)
+        tuned[lambda meta: (triton.cdiv(64, meta["BM"]), triton.cdiv(128, meta["BN"]))](
+            x, y, out, 64, 128, 64, WM=wrong[0], WN=wrong[1])
+        return x, y, out
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CosttuneWarning)
-        x, y, out = _launch(tuned, m=64, n=128)
+        plain = tuner(check=False)
+        launch(plain, (0, 0))  # none wrong: the model's first pick is benchmarked fastest
+        first = (plain.best_config.kwargs["BM"], plain.best_config.kwargs["BN"])
+        tuned = tuner(check=True)
+        x, y, out = launch(tuned, first)
     torch.testing.assert_close(out, x.float() @ y.float(), rtol=1e-3, atol=1e-3)
-    assert (tuned.best_config.kwargs["BM"], tuned.best_config.kwargs["BN"]) != (64, 64)
-    assert list(tuned.rejected) == ["BM=64,BN=64,BK=32,num_warps=4,num_stages=2"]
+    assert (tuned.best_config.kwargs["BM"], tuned.best_config.kwargs["BN"]) != first
+    assert [c.split(",")[:2] for c in tuned.rejected] == [[f"BM={first[0]}",
+                                                          f"BN={first[1]}"]]
 
 
 def test_an_unprintable_error_is_no_evidence():

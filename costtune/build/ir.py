@@ -68,6 +68,8 @@ TTGIR_FEATURES = (
     "ttgir_warp_specialize", "ttgir_ws_partitions", "ttgir_for", "ttgir_for_depth",
 )
 IR_FEATURES: list[str] = [*TTIR_FEATURES, *TTGIR_FEATURES]
+# 1.0 when the TTIR and TTGIR stages ran (a config Triton rejects before PTX is 0.0).
+IR_OK = "ir_ok"
 
 # `%a = op`, `%a:3 = op`, `%a, %b = op`, `"op"(` (generic form), or a bare `op`.
 _OP = re.compile(r'^\s*(?:%[\w#:, %]*?=\s*)?"?([a-z_][\w]*\.[\w.]+)"?')

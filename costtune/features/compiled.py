@@ -37,7 +37,7 @@ from costtune.build.aot import (
 )
 from costtune.build.asm import PTX_FEATURES, RESOURCE_FEATURES, SASS_FEATURES
 from costtune.build.cache import default_cache_dir, read_record, write_record
-from costtune.build.ir import IR_FEATURES
+from costtune.build.ir import IR_FEATURES, IR_OK
 from costtune.build.pool import get_pool
 from costtune.build.threads import interpreting, thread_pool
 from costtune.features.static import parse_config_key
@@ -185,8 +185,6 @@ def _workload_jobs(group: pd.DataFrame, arch: int) -> list[tuple[list[CompileJob
 def table_columns(*, ir: bool = False) -> list[str]:
     """The columns of a ``compiled_features`` table after its keys (``ir``: with the IR counts
     the compile gave)."""
-    from costtune.model.features import IR_OK
-
     cols = ["compile_status", "compile_error", "compile_s", "compile_key", *COMPILED_FEATURES]
     return cols + [c for c in (*IR_FEATURES, IR_OK) if c not in cols] if ir else cols
 
@@ -202,8 +200,6 @@ def _row_features(item: tuple[list[CompileJob], int] | str,
     rec = recs[main]
     row = {k: rec.get(k, np.nan) for k in COMPILED_FEATURES}
     if ir:  # a full compile's record carries the counts of its TTIR/TTGIR stages
-        from costtune.model.features import IR_OK
-
         row.update({k: rec.get(k, np.nan) for k in IR_FEATURES if k not in row})
         row[IR_OK] = float(not np.isnan(float(rec.get(IR_FEATURES[0], np.nan))))
     row.update(compile_status=(bad or rec)["status"], compile_error=(bad or rec)["error"],

@@ -11,14 +11,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from costtune.build.ir import IR_OK  # 1.0 when the TTIR and TTGIR stages ran
 from costtune.types import Config, Workload
 
 FEATURE_SETS = ("static", "static+src", "static+compiled", "static+ir", "static+ir+compiled")
 KEY_COLUMNS = ("workload", "config")
 # 1.0 when the AOT compile for sm_90 succeeded: OutOfResources and friends are known on CPU.
 COMPILE_OK = "compile_ok"
-# 1.0 when the TTIR and TTGIR stages ran (a config Triton rejects before PTX is 0.0).
-IR_OK = "ir_ok"
 
 
 def feature_names(features: str) -> list[str]:
