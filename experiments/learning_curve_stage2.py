@@ -55,6 +55,7 @@ from costtune.evaluate.metrics import (  # noqa: E402
 from costtune.features.static import static_features  # noqa: E402
 from costtune.model.learned import fit_update  # noqa: E402
 from costtune.model.training import TrainingTable  # noqa: E402
+from costtune.tune.ranking import stage2_kind  # noqa: E402
 from experiments import harness  # noqa: E402
 from experiments import learning_curve as lc  # noqa: E402
 from experiments.learning_curve import method_of  # noqa: E402
@@ -64,18 +65,6 @@ QUESTION = "learning_curve_stage2"
 KS = (1, 4, 8)
 WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 STAGE2 = ("continue",)
-
-
-def shipped_stage2(family: str) -> tuple[str, str]:
-    """(feature set, "all" or "family") of the family's shipped stage-2 booster."""
-    import json
-
-    from costtune.model.files import shipped_model_dir
-    from costtune.tune.ranking import STAGE2_FILE
-
-    record = json.loads((shipped_model_dir() / STAGE2_FILE).read_text())
-    features, scope = record["families"][family]["stage2"].split("/")
-    return features, scope
 
 
 def scores_of(test: pd.DataFrame, rankings: dict) -> dict:
@@ -99,7 +88,7 @@ def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int],
         return []
     base1 = default_model(family=family, **lc.shipped_params(family)).fit(case["train"])
     table1 = TrainingTable.from_rows(base1, case["train"])
-    features, scope = shipped_stage2(family)
+    features, scope = stage2_kind(family)
     base2 = default_model(family="all" if scope == "all" else family,
                           features=features).fit(others)
     table2 = (TrainingTable.from_rows(base2, others)
@@ -208,7 +197,7 @@ def report(table: pd.DataFrame, *, n_rows: int, seeds: int, seconds: float) -> l
             "`refit:w`: refitted on its training rows and the harvest, a harvested workload "
             f"weighing w); {seeds} seeds, means shown), with a booster of the family's "
             "shipped stage-2 kind (" + ", ".join(
-                f"{f}: {'/'.join(shipped_stage2(f))}" for f in sorted(set(table["family"])))
+                f"{f}: {'/'.join(stage2_kind(f))}" for f in sorted(set(table["family"])))
             + "; trained on every other implementation's train suite) learned beside "
             "the static stage-1 model from the same harvested rows and their compiled "
             "and IR features (the held-out kernel's own, datasets/h200's feature tables). "

@@ -201,7 +201,7 @@ def _row_features(item: tuple[list[CompileJob], int] | str,
     row = {k: rec.get(k, np.nan) for k in COMPILED_FEATURES}
     if ir:  # a full compile's record carries the counts of its TTIR/TTGIR stages
         row.update({k: rec.get(k, np.nan) for k in IR_FEATURES if k not in row})
-        row[IR_OK] = float(not np.isnan(float(rec.get(IR_FEATURES[0], np.nan))))
+        row[IR_OK] = float(IR_FEATURES[0] in rec)
     row.update(compile_status=(bad or rec)["status"], compile_error=(bad or rec)["error"],
                compile_s=sum(r.get("compile_s", np.nan) for r in recs),
                compile_key=jobs[main].key, n_launches=len(jobs))

@@ -28,7 +28,8 @@ from costtune.tune.launch import Launch
 
 __all__ = ["STAGE2_FILE", "blend_order", "check_stage1_weight", "compiled_table", "concerns",
            "covers", "current_gpu", "default_stage2", "kernel_compiled_table", "load_noted",
-           "score", "stage1_weight", "stage2_order", "uses_compiled", "uses_source"]
+           "score", "stage1_weight", "stage2_kind", "stage2_order", "uses_compiled",
+           "uses_source"]
 
 STAGE2_FILE = "stage2_h200.json"  # under costtune/models: the shipped stage-1 weights
 
@@ -189,14 +190,26 @@ def stage1_weight(source: Any, family: str, weight: float | None = None) -> floa
 
 
 @lru_cache(maxsize=1)
+def _stage2_record() -> dict[str, Any]:
+    """The shipped ``STAGE2_FILE`` ({} when absent)."""
+    path = Path(str(resources.files("costtune") / "models" / STAGE2_FILE))
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def _shipped_weights() -> dict[str, dict[str, float]]:
     """{stage-2 model name: {family: weight}} from the shipped file ({} when absent)."""
-    path = Path(str(resources.files("costtune") / "models" / STAGE2_FILE))
-    if not path.exists():
+    record = _stage2_record()
+    if not record:
         return {}
-    record = json.loads(path.read_text())
     return {record["model"]: {f: float(v["stage1_weight"])
                               for f, v in record["families"].items()}}
+
+
+def stage2_kind(family: str) -> tuple[str, str]:
+    """(feature set, ``"all"`` or ``"family"``) of ``family``'s shipped stage-2 booster, as
+    ``experiments/loio.py`` chose it (``STAGE2_FILE``); KeyError when none is recorded."""
+    features, scope = _stage2_record()["families"][family]["stage2"].split("/")
+    return features, scope
 
 
 def blend_order(stage1: np.ndarray, stage2: np.ndarray, keys: np.ndarray, *,
