@@ -469,6 +469,38 @@ def test_update_checks_its_rows(tmp_path):
         update(tmp_path, df.iloc[:0], family="softmax")
 
 
+def test_a_tuning_of_one_config_per_shape_teaches_nothing_and_keeps_its_rows(home):
+    """top_k=1 benchmarks one config of the shape: no order to learn, so no model is written
+    (a refit on it only moved the model's bins and cost later picks), the rows are kept, and
+    a later tuning that benchmarks two configs of a shape learns from those."""
+    first = run(tuner(StepBench(), top_k=1, learn=True))
+    assert len(first.configs_timings) == 1 and first.learner.updated == []
+    (why,) = first.learner.skipped
+    assert "no order to learn" in why
+    folder = first.learner.folder()
+    assert current_model(folder) is None and len(read_rows(folder)) == 1
+    second = run(tuner(StepBench(), top_k=2, learn=True), m=48)
+    assert second.early_config_prune.last.model == "h200"  # nothing learned to rank with
+    (path,) = second.learner.updated
+    path_now, record = current_model(folder)
+    assert path_now == path and record["workloads"] == 1 and record["rows"] == 2
+    assert len(read_rows(folder)) == 3
+
+
+def test_update_learns_only_from_workloads_with_an_order(tmp_path):
+    df = costtune.load_dataset(DATASET, kernel="softmax")
+    first, second = sorted(df["workload"].unique())[:2]
+    one = df[df["workload"] == first].head(1)
+    assert update(tmp_path, one, family="softmax") is None
+    assert current_model(tmp_path) is None and len(read_rows(tmp_path)) == 1
+    failed = df[df["workload"] == second].head(3).assign(status="compile_error")
+    assert update(tmp_path, failed, family="softmax") is None  # nothing measured
+    path = update(tmp_path, df[df["workload"] == second].head(4), family="softmax")
+    record = current_model(tmp_path)[1]
+    assert current_model(tmp_path)[0] == path and record["rows"] == 4
+    assert len(read_rows(tmp_path)) == 5
+
+
 def test_train_on_a_harvested_store(home, tmp_path):
     store = tmp_path / "harvest"
     with costtune.harvest(store) as h:

@@ -45,7 +45,8 @@ import pandas as pd
 
 from costtune.model.files import POINTER, current_model
 
-__all__ = ["METHODS", "current_model", "fit_update", "read_rows", "update", "update_strength"]
+__all__ = ["METHODS", "current_model", "fit_update", "read_rows", "teaching", "update",
+           "update_strength"]
 
 METHODS = ("continue", "residual", "refit")
 ROWS = "rows.parquet"
@@ -66,6 +67,18 @@ TRUSTED = 0.98
 REFIT_WEIGHT = 10.0
 LIGHT = (20, {"eta": 0.05, "max_depth": 4, "min_child_weight": 5.0})
 FULL = (50, {"eta": 0.1, "max_depth": 6, "min_child_weight": 1.0})
+
+
+def teaching(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows a model can learn an order from: those of workloads with two or more configs,
+    one of them measured. A workload of one config (what a ``top_k=1`` call benchmarks) has
+    nothing to rank; refitting on it only moved the model's histogram bins, and by replay
+    (experiments/learn_user_kernels.py, tutorial 03 at k = 1) that alone took two of ten
+    calls' picks from 0.987 / 0.988 of the best to 0.929 / 0.883."""
+    workload = rows["workload"]
+    many = rows.groupby(workload)["config"].transform("size") >= 2
+    measured = rows["status"].eq("ok").groupby(workload).transform("any")
+    return rows[many & measured]
 
 
 def update_strength(base: Any, rows: pd.DataFrame) -> tuple[str, int, dict[str, Any]]:
@@ -180,7 +193,7 @@ def read_rows(folder: str | os.PathLike) -> pd.DataFrame:
 
 
 def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
-           family: str, method: str = "continue", rounds: int | None = None) -> Path:
+           family: str, method: str = "continue", rounds: int | None = None) -> Path | None:
     """Merge ``rows`` (family-labelled dataset rows of one kernel) into the folder's rows and
     retrain its model from ``base`` (a model name or path) on all of them; returns the new
     model's JSON path. Safe across processes (see the module docstring).
@@ -188,7 +201,9 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
     Where the base ships its training table (``costtune.model.training``; every shipped
     stage-1 model does) and ``rounds`` is None, the model is refitted on that table and the
     kernel's rows (each of its workloads weighing ``REFIT_WEIGHT``); otherwise continued
-    training adds ``rounds`` trees (None: ``update_strength``)."""
+    training adds ``rounds`` trees (None: ``update_strength``). Only the ``teaching`` rows
+    are learned from; when none is, the rows are kept, no model is written and None is
+    returned (the current model, if any, stays)."""
     from costtune.model.registry import load_model
     from costtune.store.locks import acquire
 
@@ -206,17 +221,21 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
         merged = pd.concat([read_rows(folder), rows], ignore_index=True)
         merged = merged.drop_duplicates(["workload", "config"], keep="last")
         merged = merged.reset_index(drop=True)
+        teach = teaching(merged).reset_index(drop=True)
+        if teach.empty:  # nothing to rank yet: keep the rows for a later call's
+            _write_atomic(folder / ROWS, lambda p: merged.to_parquet(p, index=False))
+            return None
         base_model = load_model(os.fspath(base) if not hasattr(base, "booster_") else base,
                                 family)
         table = None if rounds is not None else base_table(base, base_model)
         if table is not None:
             strength, rounds, method = (f"weight {REFIT_WEIGHT:g}", base_model.n_estimators,
                                         "refit")
-            model = fit_update(base_model, merged, method="refit", table=table)
+            model = fit_update(base_model, teach, method="refit", table=table)
         else:
-            strength, auto_rounds, params = update_strength(base_model, merged)
+            strength, auto_rounds, params = update_strength(base_model, teach)
             rounds = auto_rounds if rounds is None else rounds
-            model = fit_update(base_model, merged, method="continue", rounds=rounds,
+            model = fit_update(base_model, teach, method="continue", rounds=rounds,
                                params=params)
         stem = f"model-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         path = model.save(folder / stem)
@@ -225,7 +244,7 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
         record = {"model": stem, "base": base if isinstance(base, str) else "given",
                   "family": family, "method": method, "strength": strength,
                   "rounds": int(rounds),
-                  "rows": int(len(merged)), "workloads": int(merged["workload"].nunique()),
+                  "rows": int(len(teach)), "workloads": int(teach["workload"].nunique()),
                   "updated": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         previous = current_model(folder)
         _write_atomic(folder / POINTER,

@@ -312,4 +312,9 @@ def _learn(batch: list) -> None:
                 learner._failed(exc)
             continue
         for learner in learners:
-            learner._updated.append(path)
+            if path is None:
+                learner._skipped.append(
+                    f"{family}: no tuning of this kernel benchmarked two configs of one "
+                    "shape yet (e.g. top_k=1), so there is no order to learn; its rows are kept")
+            else:
+                learner._updated.append(path)
