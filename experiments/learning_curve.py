@@ -12,7 +12,10 @@ column; rows without it are the family's original kernel, named like the family)
    each harvested workload weighing w (what ``costtune.autotune(learn=True)`` does with a
    shipped base, w = ``REFIT_WEIGHT``; ``refit:<w>h``: w of the base table's heaviest
    workloads, e.g. the original kernel's), ``continue`` adds trees to the base booster,
-   ``residual`` fits a separate booster over the base's scores;
+   ``residual`` fits a separate booster over the base's scores; ``refit:auto:<w>`` weighs
+   the harvest w where the base already ranks it well, else ``REFIT_WEIGHT``
+   (``learned.refit_weight``); each learns from the workloads with an order
+   (``learned.teaching``), as learn=True does;
    two harvests are replayed: ``exhaustive`` (every config of each harvested workload, what an
    untuned or exhaustive call records) and ``top8`` (the 8 configs the model of the moment
    ranks best, what ``costtune.autotune(top_k=8, learn=True)`` records, shape after shape);
@@ -55,7 +58,7 @@ from costtune.evaluate.metrics import (  # noqa: E402
 )
 from costtune.features.static import static_features  # noqa: E402
 from costtune.kernels import IMPLEMENTATIONS  # noqa: E402
-from costtune.model.learned import fit_update  # noqa: E402
+from costtune.model.learned import fit_update, refit_weight, teaching  # noqa: E402
 from costtune.model.training import TrainingTable  # noqa: E402
 from costtune.tune.adaptive import Adaptive, margin_for, replay_table  # noqa: E402
 from costtune.tune.trained import hook_order, trained_from_rows  # noqa: E402
@@ -70,7 +73,11 @@ __all__ = ["CAP", "GOAL", "SHIPPED", "cases", "ceiling", "curve", "report"]
 
 def method_of(name: str) -> tuple[str, dict]:
     """"continue" / "residual" / "refit:<weight>" / "refit:<weight>h" (weight times the
-    base table's heaviest workload) -> (fit_update method, its options)."""
+    base table's heaviest workload) / "refit:auto:<weight>" (weight where the base's top-1
+    on the harvest is >= TRUSTED, else REFIT_WEIGHT: ``learned.refit_weight``) -> (fit_update
+    method, its options; ``trusted``: the weight is chosen per update)."""
+    if name.startswith("refit:auto:"):
+        return "refit", {"trusted": float(name.rsplit(":", 1)[1])}
     if name.startswith("refit:"):
         text = name.split(":", 1)[1]
         heaviest = text.endswith("h")
@@ -247,6 +254,7 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
         order = list(np.random.default_rng(seed).permutation(workloads))
         runs = [(harvest, m, u) for harvest in ("exhaustive", "top8") for m in methods
                 if harvest == "exhaustive" or m in ("continue", SHIPPED)
+                or m.startswith("refit:auto:")
                 for u in (updates if not m.startswith("refit:") else [("-", None, None)])]
         for harvest, method, (label, rounds, params) in runs:
             fit_method, options = method_of(method)
@@ -272,10 +280,18 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
                 taken.append(rows if harvest == "exhaustive" else
                              top_rows(model, rows, 8, learned_values(trained, taken)))
                 if harvest == "top8" or i + 1 in shapes or i + 1 == len(order):
-                    model = fit_update(base, pd.concat(taken, ignore_index=True),
-                                       method=fit_method, rounds=rounds, params=params,
-                                       table=table, **options)
+                    model = update(base, pd.concat(taken, ignore_index=True), fit_method,
+                                   options, rounds=rounds, params=params, table=table)
     return records
+
+
+def update(base, rows: pd.DataFrame, method: str, options: dict, **kw):
+    """``fit_update`` of ``base`` on the harvested ``rows`` (what learn=True learns from:
+    ``learned.teaching``), the refit weight chosen per update for ``refit:auto:<w>``."""
+    rows = teaching(rows)
+    if "trusted" in options:
+        options = {"weight": refit_weight(base, rows, trusted=options["trusted"])[0]}
+    return fit_update(base, rows, method=method, **kw, **options)
 
 
 def ceiling(case: dict, *, trees: int) -> list[dict]:
@@ -307,9 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", type=int, nargs="+", default=[0, 1, 2, 4, 8])
     ap.add_argument("--methods", nargs="+", default=["continue", SHIPPED],
                     help="how a harvest updates the base: continue, residual, refit:<weight> "
-                         "(refit:<weight>h: weight times the table's heaviest workload) "
+                         "(refit:<weight>h: weight times the table's heaviest workload; "
+                         "refit:auto:<weight>: that weight where the base ranks the harvest "
+                         "well, else REFIT_WEIGHT) "
                          f"(default: continue and what ships, {SHIPPED}); the top8 harvest "
-                         "replays continue and what ships only")
+                         "replays continue, what ships and refit:auto:<w> only")
     ap.add_argument("--trees", type=int, default=300, help="base model trees")
     ap.add_argument("--updates", nargs="+", default=[DEFAULT_UPDATE],
                     help="trees added per update: auto (what costtune.model.learned "
@@ -324,12 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     for m in args.methods:
         try:
-            ok = m in ("continue", "residual") or float(method_of(m)[1]["weight"]) > 0
-        except (KeyError, ValueError):
+            options = method_of(m)[1]
+            ok = m in ("continue", "residual") or float(
+                options.get("weight", options.get("trusted"))) > 0
+        except (KeyError, ValueError, TypeError):
             ok = False
         if not ok:
-            ap.error(f"--methods: {m!r} is not continue, residual, refit:<weight > 0> "
-                     "or refit:<weight > 0>h")
+            ap.error(f"--methods: {m!r} is not continue, residual, refit:<weight > 0>, "
+                     "refit:<weight > 0>h or refit:auto:<weight > 0>")
     start = time.perf_counter()
     df = with_implementation(harness.load_dataset(args.dataset))
     found, protocol = cases(df)

@@ -132,3 +132,24 @@ def test_families_must_have_a_held_out_implementation(capsys):
     with pytest.raises(SystemExit):
         lc.main(["--families", "gemm", "conv"])
     assert "--families: no held-out implementation of ['conv']" in capsys.readouterr().err
+
+
+def test_auto_refit_weighs_each_harvest_by_how_the_base_ranks_it(monkeypatch):
+    """refit:auto:<w>: w where the base's top-1 on the harvest is >= TRUSTED, else
+    REFIT_WEIGHT; the curve replays it on both harvests (what top_k=8 tuning records too)."""
+    from costtune.model import learned
+
+    assert lc.method_of("refit:auto:1") == ("refit", {"trusted": 1.0})
+    for top1, weight in ((learned.TRUSTED, 1.0),
+                         (learned.TRUSTED - 0.01, learned.REFIT_WEIGHT)):
+        monkeypatch.setattr(learned, "base_top1", lambda base, rows, v=top1: v)
+        assert learned.refit_weight(None, None, trusted=1.0) == (weight, top1)
+    with pytest.raises(SystemExit):
+        lc.main(["--methods", "refit:auto:0"])
+
+
+def test_curve_replays_auto_refits_on_the_top8_harvest(case):
+    records = lc.curve(case, seeds=1, shapes=[0, 1], methods=["refit:auto:1"], trees=5,
+                       updates=[("-", None, None)])
+    runs = {(r["harvest"], r["method"], r["n_shapes"]) for r in records}
+    assert runs == {(h, "refit:auto:1", n) for h in ("exhaustive", "top8") for n in (0, 1)}
