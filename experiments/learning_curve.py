@@ -14,7 +14,7 @@ column; rows without it are the family's original kernel, named like the family)
    workloads, e.g. the original kernel's), ``continue`` adds trees to the base booster,
    ``residual`` fits a separate booster over the base's scores; ``refit:auto:<w>`` weighs
    the harvest w where the base already ranks it well, else ``REFIT_WEIGHT``
-   (``learned.refit_weight``); each learns from the workloads with an order
+   (``auto_weight``); each learns from the workloads with an order
    (``learned.teaching``), as learn=True does;
    two harvests are replayed: ``exhaustive`` (every config of each harvested workload, what an
    untuned or exhaustive call records) and ``top8`` (the 8 configs the model of the moment
@@ -58,7 +58,13 @@ from costtune.evaluate.metrics import (  # noqa: E402
 )
 from costtune.features.static import static_features  # noqa: E402
 from costtune.kernels import IMPLEMENTATIONS  # noqa: E402
-from costtune.model.learned import fit_update, refit_weight, teaching  # noqa: E402
+from costtune.model.learned import (  # noqa: E402
+    REFIT_WEIGHT,
+    TRUSTED,
+    base_top1,
+    fit_update,
+    teaching,
+)
 from costtune.model.training import TrainingTable  # noqa: E402
 from costtune.tune.adaptive import Adaptive, margin_for, replay_table  # noqa: E402
 from costtune.tune.trained import hook_order, trained_from_rows  # noqa: E402
@@ -74,7 +80,7 @@ __all__ = ["CAP", "GOAL", "SHIPPED", "cases", "ceiling", "curve", "report"]
 def method_of(name: str) -> tuple[str, dict]:
     """"continue" / "residual" / "refit:<weight>" / "refit:<weight>h" (weight times the
     base table's heaviest workload) / "refit:auto:<weight>" (weight where the base's top-1
-    on the harvest is >= TRUSTED, else REFIT_WEIGHT: ``learned.refit_weight``) -> (fit_update
+    on the harvest is >= TRUSTED, else REFIT_WEIGHT: ``auto_weight``) -> (fit_update
     method, its options; ``trusted``: the weight is chosen per update)."""
     if name.startswith("refit:auto:"):
         return "refit", {"trusted": float(name.rsplit(":", 1)[1])}
@@ -290,8 +296,15 @@ def update(base, rows: pd.DataFrame, method: str, options: dict, **kw):
     ``learned.teaching``), the refit weight chosen per update for ``refit:auto:<w>``."""
     rows = teaching(rows)
     if "trusted" in options:
-        options = {"weight": refit_weight(base, rows, trusted=options["trusted"])[0]}
+        options = {"weight": auto_weight(base, rows, options["trusted"])}
     return fit_update(base, rows, method=method, **kw, **options)
+
+
+def auto_weight(base, rows: pd.DataFrame, trusted: float) -> float:
+    """``refit:auto:<trusted>``'s weight of the harvested ``rows``: ``trusted`` where the base's
+    top-1 on them is >= ``learned.TRUSTED`` (it already finds their best), else
+    ``REFIT_WEIGHT``."""
+    return float(trusted) if base_top1(base, rows) >= TRUSTED else float(REFIT_WEIGHT)
 
 
 def ceiling(case: dict, *, trees: int) -> list[dict]:

@@ -45,7 +45,7 @@ import pandas as pd
 
 from costtune.model.files import POINTER, current_model
 
-__all__ = ["METHODS", "current_model", "fit_update", "read_rows", "refit_weight", "teaching",
+__all__ = ["METHODS", "base_top1", "current_model", "fit_update", "read_rows", "teaching",
            "update", "update_strength"]
 
 METHODS = ("continue", "residual", "refit")
@@ -64,11 +64,11 @@ TRUSTED = 0.98
 # both (``"refit"``, used where the base ships its training table): chosen by replay on
 # training data only (experiments/learning_curve.py --methods refit:<w>: held-out
 # implementations, scored on their unharvested train-suite shapes).
+# A lighter weight where the base already ranks the harvest well (its top-1 >= TRUSTED:
+# ``learning_curve.py --methods refit:auto:<w>``) was not better: exhaustive / top8 harvests
+# 0.9631 / 0.9386 for w = 2 and 0.9626 / 0.9358 for w = 1, against 0.9624 / 0.9391 for 10
+# everywhere (thirtieth session, experiments/results/raw/learning_curve_auto/).
 REFIT_WEIGHT = 10.0
-# The weight where the base already finds the best of every harvested workload (its top-1 on
-# them >= TRUSTED, as ``update_strength``): the harvest confirms the base's order, and at
-# full weight a few confirming workloads pulled well-ranked kernels off their first picks.
-TRUSTED_WEIGHT = 10.0
 LIGHT = (20, {"eta": 0.05, "max_depth": 4, "min_child_weight": 5.0})
 FULL = (50, {"eta": 0.1, "max_depth": 6, "min_child_weight": 1.0})
 
@@ -102,14 +102,6 @@ def update_strength(base: Any, rows: pd.DataFrame) -> tuple[str, int, dict[str, 
     top1 = base_top1(base, rows)
     name, (rounds, params) = ("light", LIGHT) if top1 >= TRUSTED else ("full", FULL)
     return name, rounds, params
-
-
-def refit_weight(base: Any, rows: pd.DataFrame, *, full: float = REFIT_WEIGHT,
-                 trusted: float = TRUSTED_WEIGHT) -> tuple[float, float]:
-    """(the weight of each harvested workload in a refit of ``base`` on ``rows``, the base's
-    top-1 on them): ``trusted`` where that top-1 is >= ``TRUSTED``, else ``full``."""
-    top1 = base_top1(base, rows)
-    return (float(trusted) if top1 >= TRUSTED else float(full)), top1
 
 
 def fit_update(base: Any, rows: pd.DataFrame, *, method: str = "continue",
@@ -218,7 +210,7 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
 
     Where the base ships its training table (``costtune.model.training``; every shipped
     stage-1 model does) and ``rounds`` is None, the model is refitted on that table and the
-    kernel's rows (each of its workloads weighing ``refit_weight``); otherwise continued
+    kernel's rows (each of its workloads weighing ``REFIT_WEIGHT``); otherwise continued
     training adds ``rounds`` trees (None: ``update_strength``). Only the ``teaching`` rows
     are learned from; when none is, the rows are kept, no model is written and None is
     returned (the current model, if any, stays)."""
@@ -247,10 +239,9 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
                                 family)
         table = None if rounds is not None else base_table(base, base_model)
         if table is not None:
-            weight, top1 = refit_weight(base_model, teach)
-            strength, rounds, method = (f"weight {weight:g} (base top-1 {top1:.3f})",
-                                        base_model.n_estimators, "refit")
-            model = fit_update(base_model, teach, method="refit", table=table, weight=weight)
+            strength, rounds, method = (f"weight {REFIT_WEIGHT:g}", base_model.n_estimators,
+                                        "refit")
+            model = fit_update(base_model, teach, method="refit", table=table)
         else:
             strength, auto_rounds, params = update_strength(base_model, teach)
             rounds = auto_rounds if rounds is None else rounds
