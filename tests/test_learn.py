@@ -525,6 +525,19 @@ def test_train_on_a_harvested_store(home, tmp_path):
     assert current_model(folder)[0] == path
 
 
+def test_train_on_a_store_of_one_config_per_shape_says_it_learned_nothing(home, tmp_path):
+    store = tmp_path / "harvest"
+    with costtune.harvest(store):
+        run(tuner(StepBench(), top_k=1))
+    res = CliRunner().invoke(app, ["train", "--dataset", str(store)])
+    assert res.exit_code == 0, res.output
+    assert "learned nothing for learned_matmul (gemm" in res.output
+    assert "no order to learn" in res.output
+    rows = costtune.load_dataset(store)
+    folder = kernel_dir("learned_matmul", rows["kernel_hash"].iloc[0], rows["gpu"].iloc[0])
+    assert current_model(folder) is None and len(read_rows(folder)) == 1
+
+
 def test_train_then_learn_on_one_kernel_keeps_its_model_learning(home, tmp_path):
     """A store's rows carry an implementation column, learn=True's do not: mixed, the
     kernel's next update used to fail for good (its rows were written before the fit)."""

@@ -155,9 +155,15 @@ def _train_harvested(data, *, dataset: Path, base: str, given: list[str]):
         group = group.drop(columns=["_name", "_hash", "_gpu"])
         try:
             with bar(f"training {fn}'s own model on {len(group)} rows", None):
-                path = update(kernel_dir(fn, digest, device), group, base=base, family=fam)
+                folder = kernel_dir(fn, digest, device)
+                path = update(folder, group, base=base, family=fam)
         except (ValueError, OSError) as exc:
             fail(f"--dataset {dataset}: {fn}: {exc}")
+        if path is None:
+            typer.echo(f"learned nothing for {fn} ({fam}, source {digest[:12]}, {device}): no "
+                       "shape of it has two configs measured yet (e.g. top_k=1 tunings), so "
+                       f"there is no order to learn; its rows are kept in {folder}")
+            continue
         pointer = current_model(path.parent)
         record = pointer[1] if pointer else {}
         how = {"refit": "refitted from", "continue": "continued from"}.get(
