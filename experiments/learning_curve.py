@@ -58,13 +58,8 @@ from costtune.evaluate.metrics import (  # noqa: E402
 )
 from costtune.features.static import static_features  # noqa: E402
 from costtune.kernels import IMPLEMENTATIONS  # noqa: E402
-from costtune.model.learned import (  # noqa: E402
-    REFIT_WEIGHT,
-    TRUSTED,
-    base_top1,
-    fit_update,
-    teaching,
-)
+from costtune.model import learned  # noqa: E402
+from costtune.model.learned import fit_update  # noqa: E402
 from costtune.model.training import TrainingTable  # noqa: E402
 from costtune.tune.adaptive import Adaptive, margin_for, replay_table  # noqa: E402
 from costtune.tune.trained import hook_order, trained_from_rows  # noqa: E402
@@ -294,7 +289,7 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
 def update(base, rows: pd.DataFrame, method: str, options: dict, **kw):
     """``fit_update`` of ``base`` on the harvested ``rows`` (what learn=True learns from:
     ``learned.teaching``), the refit weight chosen per update for ``refit:auto:<w>``."""
-    rows = teaching(rows)
+    rows = learned.teaching(rows)
     if "trusted" in options:
         options = {"weight": auto_weight(base, rows, options["trusted"])}
     return fit_update(base, rows, method=method, **kw, **options)
@@ -304,7 +299,8 @@ def auto_weight(base, rows: pd.DataFrame, trusted: float) -> float:
     """``refit:auto:<trusted>``'s weight of the harvested ``rows``: ``trusted`` where the base's
     top-1 on them is >= ``learned.TRUSTED`` (it already finds their best), else
     ``REFIT_WEIGHT``."""
-    return float(trusted) if base_top1(base, rows) >= TRUSTED else float(REFIT_WEIGHT)
+    top1 = learned.base_top1(base, rows)
+    return float(trusted) if top1 >= learned.TRUSTED else float(learned.REFIT_WEIGHT)
 
 
 def ceiling(case: dict, *, trees: int) -> list[dict]:

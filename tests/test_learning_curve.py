@@ -142,7 +142,7 @@ def test_auto_refit_weighs_each_harvest_by_how_the_base_ranks_it(monkeypatch):
     assert lc.method_of("refit:auto:1") == ("refit", {"trusted": 1.0})
     for top1, weight in ((learned.TRUSTED, 1.0),
                          (learned.TRUSTED - 0.01, learned.REFIT_WEIGHT)):
-        monkeypatch.setattr(lc, "base_top1", lambda base, rows, v=top1: v)
+        monkeypatch.setattr(learned, "base_top1", lambda base, rows, v=top1: v)
         assert lc.auto_weight(None, None, 1.0) == weight
     with pytest.raises(SystemExit):
         lc.main(["--methods", "refit:auto:0"])
