@@ -16,9 +16,11 @@ column; rows without it are the family's original kernel, named like the family)
    the harvest w where the base already ranks it well, else ``REFIT_WEIGHT``
    (``auto_weight``); each learns from the workloads with an order
    (``learned.teaching``), as learn=True does;
-   two harvests are replayed: ``exhaustive`` (every config of each harvested workload, what an
-   untuned or exhaustive call records) and ``top8`` (the 8 configs the model of the moment
-   ranks best, what ``costtune.autotune(top_k=8, learn=True)`` records, shape after shape);
+   the harvests replayed (``--harvests``): ``exhaustive`` (every config of each harvested
+   workload, what an untuned or exhaustive call records), ``top8`` (the 8 configs the model of
+   the moment ranks best, what ``costtune.autotune(top_k=8, learn=True)`` records, shape after
+   shape) and ``adaptive`` (what ``budget="adaptive"`` benchmarks under the model of the
+   moment, ``experiments.learning_harvest.adaptive_rows``);
 3. score: H's test-suite workloads (shapes never harvested) at top_k = 1, 4, 8 (TenSet score,
    ``costtune.evaluate.metrics``) and with the adaptive budget (``costtune.Adaptive``,
    calibrated margin, cap 16): its score and the mean configs it benchmarked.
@@ -51,10 +53,8 @@ import pandas as pd  # noqa: E402
 from costtune.evaluate import default_model  # noqa: E402
 from costtune.evaluate.metrics import (  # noqa: E402
     rankings_from_scores,
-    tenset_score,
     topk_scores,
     topk_table,
-    true_times,
 )
 from costtune.features.static import static_features  # noqa: E402
 from costtune.kernels import IMPLEMENTATIONS  # noqa: E402
@@ -62,12 +62,19 @@ from costtune.model import learned  # noqa: E402
 from costtune.model.learned import fit_update  # noqa: E402
 from costtune.model.training import TrainingTable  # noqa: E402
 from costtune.tune.adaptive import Adaptive, margin_for, replay_table  # noqa: E402
-from costtune.tune.trained import hook_order, trained_from_rows  # noqa: E402
+from costtune.tune.trained import trained_from_rows  # noqa: E402
 from experiments import harness  # noqa: E402
 from experiments.learning_curve_report import CAP, GOAL, SHIPPED, report  # noqa: E402
+from experiments.learning_harvest import (  # noqa: E402
+    KS,
+    adaptive_rows,
+    learned_values,
+    model_scores,
+    top_rows,
+    tuned_scores,
+)
 
 QUESTION = "learning_curve"
-KS = (1, 4, 8)
 DEFAULT_UPDATE = "auto"
 __all__ = ["CAP", "GOAL", "SHIPPED", "cases", "ceiling", "curve", "report"]
 
@@ -137,14 +144,6 @@ def ranked(model, test: pd.DataFrame, feats: pd.DataFrame) -> tuple[np.ndarray, 
     return s, rankings, topk_scores(topk_table(test, rankings, ks=KS), ks=KS, worst=(8,))
 
 
-def model_scores(model, rows: pd.DataFrame, feats: pd.DataFrame) -> np.ndarray:
-    """``model``'s scores of ``rows``: from their static features, or with the kernel-source
-    features (``static+src``, the shipped softmax model's set) through ``predict``."""
-    from costtune.model.registry import score
-
-    return score(model, feats) if model.features == "static" else model.predict(rows)
-
-
 def shipped_params(family: str) -> dict:
     """What the base model takes from the shipped stage-1 model of ``family``: its feature set
     (e.g. softmax: static+src) and the weight of the original kernel's workloads (GEMM: 16)."""
@@ -152,73 +151,6 @@ def shipped_params(family: str) -> dict:
 
     model, _ = CostModel.load_for("h200", family)
     return {"features": model.features, "original_weight": model.original_weight}
-
-
-def hook_kept(rows: pd.DataFrame, feats: pd.DataFrame, order: np.ndarray, k: int,
-              trained: dict) -> tuple[np.ndarray, int]:
-    """(``order`` as the pruning hook measures it, how many of it it keeps) at ``k``: the k
-    best-ranked configs with trained values, moved into the cap where needed, plus every
-    untrained one ranked above the last of them (``tune.trained.hook_order``, cap 4k: the
-    hook's default ``widen``)."""
-    family = next(iter(trained))
-    cols = {c: pd.to_numeric(rows[c], errors="coerce").to_numpy(dtype=float)[order]
-            for c in trained[family]["values"] if c in rows}
-    elems, waves = (feats[c].to_numpy(dtype=float)[order] for c in ("elems_per_thread", "waves"))
-    cap = min(len(order), 4 * k)
-    local, n, _ = hook_order(family, cols, elems, np.arange(len(order)), k=k, cap=cap,
-                             trained=trained, waves=waves)
-    return np.asarray(order)[local], n
-
-
-def tuned_scores(test: pd.DataFrame, feats: pd.DataFrame, rankings: dict,
-                 trained: dict) -> dict:
-    """Top-k as the pruning hook keeps it (``hook_kept``): the TenSet score of what that
-    measures and the mean configs it measures per workload."""
-    times = true_times(test)
-    out = {}
-    for k in KS:
-        l_star, l_k, kept = [], [], []
-        for order in rankings.values():
-            order = np.asarray(order, dtype=int)
-            if not np.isfinite(times[order]).any():
-                continue
-            measured, n = hook_kept(test, feats, order, k, trained)
-            l_star.append(times[order].min())
-            l_k.append(times[measured[:n]].min())
-            kept.append(n)
-        out[f"tuned_top{k}"] = tenset_score(np.array(l_star), np.array(l_k))
-        out[f"tuned_configs{k}"] = float(np.mean(kept)) if kept else float("nan")
-    return out
-
-
-def learned_values(base: dict, taken: list[pd.DataFrame]) -> dict:
-    """The config values a case's model learned from: ``base`` (``trained_from_rows`` of the
-    base's training rows, computed once per case) widened by the harvested rows (status ok)."""
-    family = next(iter(base))
-    rows = pd.concat(taken, ignore_index=True) if taken else None
-    if rows is None or not (rows["status"] == "ok").any():
-        return base
-    old, new = base[family], trained_from_rows(rows[rows["status"] == "ok"], family)[family]
-    values = {n: sorted(set(old["values"].get(n, [])) | set(new["values"].get(n, [])))
-              for n in {**old["values"], **new["values"]}}
-    gap = [np.nan, np.nan]  # a range one side lacks (no split in its rows) is the other's
-    ranges = {c: [float(np.fmin(old["ranges"].get(c, gap)[0], new["ranges"].get(c, gap)[0])),
-                  float(np.fmax(old["ranges"].get(c, gap)[1], new["ranges"].get(c, gap)[1]))]
-              for c in {**old["ranges"], **new["ranges"]}}
-    return {family: {"values": values, "ranges": ranges, "rows": old["rows"] + new["rows"]}}
-
-
-def top_rows(model, rows: pd.DataFrame, k: int, trained: dict | None = None) -> pd.DataFrame:
-    """The rows of one workload a top-k call measures and records: the ``k`` that ``model``
-    ranks best or, with ``trained``, the hook's kept list (the k best trained configs and the
-    untrained ones ranked above them, at most 4k)."""
-    feats = static_features(rows)
-    s = model_scores(model, rows, feats)
-    order = np.lexsort((rows["config"].astype(str).to_numpy(), -s))
-    if trained is None:
-        return rows.iloc[order[:k]]
-    measured, n = hook_kept(rows, feats, order, k, trained)
-    return rows.iloc[measured[:n]]
 
 
 def parse_update(text: str) -> tuple[str, int | None, dict | None]:
@@ -234,8 +166,23 @@ def parse_update(text: str) -> tuple[str, int | None, dict | None]:
                          ) from None
 
 
+HARVESTS = ("exhaustive", "top8", "adaptive")
+
+
+def harvested(harvest: str, model, rows: pd.DataFrame, trained: dict,
+              margin: float) -> pd.DataFrame:
+    """The rows of one workload a tuning records: all (``exhaustive``), the hook's kept list
+    at top_k=8 (``top8``) or what ``budget="adaptive"`` benchmarks (``adaptive``)."""
+    if harvest == "exhaustive":
+        return rows
+    if harvest == "adaptive":
+        return adaptive_rows(model, rows, Adaptive(max_configs=CAP), margin)
+    return top_rows(model, rows, 8, trained)
+
+
 def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[str],
-          trees: int, updates: Sequence[tuple[str, int, dict]]) -> list[dict]:
+          trees: int, updates: Sequence[tuple[str, int, dict]],
+          harvests: Sequence[str] = HARVESTS[:2]) -> list[dict]:
     family, test = case["family"], case["test"].reset_index(drop=True)
     if case["train"].empty or case["pool"].empty or test.empty:
         return []
@@ -253,7 +200,7 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
     records = []
     for seed in range(seeds):
         order = list(np.random.default_rng(seed).permutation(workloads))
-        runs = [(harvest, m, u) for harvest in ("exhaustive", "top8") for m in methods
+        runs = [(harvest, m, u) for harvest in harvests for m in methods
                 if harvest == "exhaustive" or m in ("continue", SHIPPED)
                 or m.startswith("refit:auto:")
                 for u in (updates if not m.startswith("refit:") else [("-", None, None)])]
@@ -278,9 +225,9 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
                 if i == len(order):
                     break
                 rows = pool[pool["workload"] == order[i]]
-                taken.append(rows if harvest == "exhaustive" else
-                             top_rows(model, rows, 8, learned_values(trained, taken)))
-                if harvest == "top8" or i + 1 in shapes or i + 1 == len(order):
+                taken.append(harvested(harvest, model, rows, learned_values(trained, taken),
+                                       margin))
+                if harvest != "exhaustive" or i + 1 in shapes or i + 1 == len(order):
                     model = update(base, pd.concat(taken, ignore_index=True), fit_method,
                                    options, rounds=rounds, params=params, table=table)
     return records
@@ -342,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="trees added per update: auto (what costtune.model.learned "
                          "does: light or full by the base's top-1 on the harvest) or "
                          "rounds:eta:depth")
+    ap.add_argument("--harvests", nargs="+", default=list(HARVESTS[:2]), choices=HARVESTS,
+                    help="what each harvested shape records: every config, top_k=8's kept "
+                         "list, or the adaptive budget's benchmarks (the last two only for "
+                         "continue, what ships and refit:auto:<w>)")
     ap.add_argument("--ceiling", action="store_true",
                     help="also refit on all of each held-out kernel's train shapes (a bound)")
     ap.add_argument("--dataset", type=Path, default=harness.DATASET)
@@ -377,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {case['family']}: held out {case['held_out']}", flush=True)
         records += curve(case, seeds=args.seeds, shapes=sorted(set(args.shapes)),
                          methods=args.methods, trees=args.trees,
-                         updates=[parse_update(u) for u in args.updates])
+                         updates=[parse_update(u) for u in args.updates],
+                         harvests=args.harvests)
         if args.ceiling:
             records += ceiling(case, trees=args.trees)
     if not records:

@@ -90,6 +90,7 @@ def report(table: pd.DataFrame, protocol: str, *, n_rows: int, seeds: int,
              f"- Runtime {seconds:.0f} s on this machine.", "",
              "## Goal at N = 2", "", *goal, "",
              *weight_choice(table), *weight_choice(table, "top8"),
+             *weight_choice(table, "adaptive"),
              "## Mean over seeds", "", harness.md_table(mean, floatfmt=".4f"), ""]
     if not bound.empty:
         lines += ["## Ceiling: refitted on all of the held-out kernel's train shapes", "",

@@ -153,3 +153,21 @@ def test_curve_replays_auto_refits_on_the_top8_harvest(case):
                        updates=[("-", None, None)])
     runs = {(r["harvest"], r["method"], r["n_shapes"]) for r in records}
     assert runs == {(h, "refit:auto:1", n) for h in ("exhaustive", "top8") for n in (0, 1)}
+
+
+def test_the_adaptive_harvest_records_what_the_adaptive_budget_benchmarks(case):
+    """--harvests adaptive: each harvested shape records the adaptive loop's benchmarks under
+    the model of the moment (at least min_configs, at most the cap), learned shape after
+    shape like the top8 harvest."""
+    from experiments.learning_curve_report import CAP
+    from experiments.learning_harvest import adaptive_rows
+
+    records = lc.curve(case, seeds=1, shapes=[0, 1, 2], methods=[lc.SHIPPED], trees=5,
+                       updates=[("-", None, None)], harvests=["adaptive"])
+    rows = {r["n_shapes"]: r["n_harvest_rows"] for r in records}
+    assert {r["harvest"] for r in records} == {"adaptive"} and rows[0] == 0
+    assert 2 <= rows[1] <= CAP and rows[1] + 2 <= rows[2] <= 2 * CAP
+    model = lc.default_model(family="softmax", n_estimators=5).fit(case["train"])
+    pool = case["pool"][case["pool"]["workload"] == case["pool"]["workload"].iloc[0]]
+    taken = adaptive_rows(model, pool, lc.Adaptive(max_configs=3), margin=0.0)
+    assert 2 <= len(taken) <= 3 and set(taken["config"]) <= set(pool["config"])

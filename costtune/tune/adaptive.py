@@ -234,12 +234,32 @@ def replay_workload(rows: Any, scores: np.ndarray, *, budget: Adaptive,
     from costtune.evaluate.metrics import true_times
 
     times = true_times(rows)
-    values = [{p: _native(v) for p, v in zip(params, rec) if not _missing(v)}
-              for rec in rows[list(params)].itertuples(index=False, name=None)]
-    result = search(scores, lambda i: times[i], budget=budget, margin=margin,
-                    neighbours=neighbour_finder(values))
+    result = replay_search(rows, scores, budget=budget, margin=margin, params=params)
     found = min(result.times) if result.times else math.inf
     return float(times.min()), found, len(result.measured) + len(result.failed)
+
+
+def replay_search(rows: Any, scores: np.ndarray, *, budget: Adaptive, margin: float | None,
+                  params: Sequence[str] | None = None) -> AdaptiveResult:
+    """The loop replayed on one workload's recorded rows (positions into ``rows``), the
+    recorded times answering each benchmark; ``params`` None: the family's tuning
+    parameters (``search_params``)."""
+    from costtune.evaluate.metrics import true_times
+
+    times = true_times(rows)
+    params = search_params(rows) if params is None else params
+    values = [{p: _native(v) for p, v in zip(params, rec) if not _missing(v)}
+              for rec in rows[list(params)].itertuples(index=False, name=None)]
+    return search(scores, lambda i: times[i], budget=budget, margin=margin,
+                  neighbours=neighbour_finder(values))
+
+
+def search_params(data: Any) -> list[str]:
+    """The columns of ``data`` (one family's rows) a neighbour differs in by one step."""
+    from costtune.tune.launch import FAMILY_PARAMS
+
+    required, neutral = FAMILY_PARAMS[str(data["kernel"].iloc[0])]
+    return [p for p in (*required, *neutral, "num_warps", "num_stages") if p in data]
 
 
 def replay_table(data: Any, scores: np.ndarray, *, budget: Adaptive,
@@ -249,11 +269,8 @@ def replay_table(data: Any, scores: np.ndarray, *, budget: Adaptive,
     import pandas as pd
 
     from costtune.evaluate.metrics import tenset_score, workload_positions
-    from costtune.tune.launch import FAMILY_PARAMS
 
-    family = str(data["kernel"].iloc[0])
-    required, neutral = FAMILY_PARAMS[family]
-    params = [p for p in (*required, *neutral, "num_warps", "num_stages") if p in data]
+    params = search_params(data)
     data = data.reset_index(drop=True)
     groups = list(workload_positions(data).values())
     out = []
