@@ -225,8 +225,8 @@ def curve(case: dict, *, seeds: int, shapes: Sequence[int], methods: Sequence[st
                 if i == len(order):
                     break
                 rows = pool[pool["workload"] == order[i]]
-                taken.append(harvested(harvest, model, rows, learned_values(trained, taken),
-                                       margin))
+                hook = learned_values(trained, taken) if harvest == "top8" else trained
+                taken.append(harvested(harvest, model, rows, hook, margin))
                 if harvest != "exhaustive" or i + 1 in shapes or i + 1 == len(order):
                     model = update(base, pd.concat(taken, ignore_index=True), fit_method,
                                    options, rounds=rounds, params=params, table=table)
@@ -237,6 +237,8 @@ def update(base, rows: pd.DataFrame, method: str, options: dict, **kw):
     """``fit_update`` of ``base`` on the harvested ``rows`` (what learn=True learns from:
     ``learned.teaching``), the refit weight chosen per update for ``refit:auto:<w>``."""
     rows = learned.teaching(rows)
+    if rows.empty:  # no order harvested yet: learn=True keeps the model it had
+        return base
     if "trusted" in options:
         options = {"weight": auto_weight(base, rows, options["trusted"])}
     return fit_update(base, rows, method=method, **kw, **options)

@@ -476,7 +476,7 @@ def test_a_tuning_of_one_config_per_shape_teaches_nothing_and_keeps_its_rows(hom
     first = run(tuner(StepBench(), top_k=1, learn=True))
     assert len(first.configs_timings) == 1 and first.learner.updated == []
     (why,) = first.learner.skipped
-    assert "no order to learn" in why
+    assert "no new order to learn" in why
     folder = first.learner.folder()
     assert current_model(folder) is None and len(read_rows(folder)) == 1
     second = run(tuner(StepBench(), top_k=2, learn=True), m=48)
@@ -485,6 +485,10 @@ def test_a_tuning_of_one_config_per_shape_teaches_nothing_and_keeps_its_rows(hom
     path_now, record = current_model(folder)
     assert path_now == path and record["workloads"] == 1 and record["rows"] == 2
     assert len(read_rows(folder)) == 3
+    third = run(tuner(StepBench(), top_k=1, learn=True), m=80)  # a new shape, one config:
+    assert third.early_config_prune.last.model == str(path)  # ranked by what was learned,
+    assert third.learner.updated == [] and len(third.learner.skipped) == 1  # not refitted
+    assert current_model(folder)[0] == path and len(read_rows(folder)) == 4
 
 
 def test_update_learns_only_from_workloads_with_an_order(tmp_path):
@@ -532,7 +536,7 @@ def test_train_on_a_store_of_one_config_per_shape_says_it_learned_nothing(home, 
     res = CliRunner().invoke(app, ["train", "--dataset", str(store)])
     assert res.exit_code == 0, res.output
     assert "learned nothing for learned_matmul (gemm" in res.output
-    assert "no order to learn" in res.output
+    assert "no new order to learn" in res.output
     rows = costtune.load_dataset(store)
     folder = kernel_dir("learned_matmul", rows["kernel_hash"].iloc[0], rows["gpu"].iloc[0])
     assert current_model(folder) is None and len(read_rows(folder)) == 1

@@ -148,25 +148,40 @@ def test_auto_refit_weighs_each_harvest_by_how_the_base_ranks_it(monkeypatch):
         lc.main(["--methods", "refit:auto:0"])
 
 
-def test_curve_replays_auto_refits_on_the_top8_harvest(case):
+def test_curve_replays_auto_refits_on_the_top8_harvest(case, monkeypatch):
+    weighed = []
+    auto = lc.auto_weight
+    monkeypatch.setattr(lc, "auto_weight", lambda *a: weighed.append(a[2]) or auto(*a))
     records = lc.curve(case, seeds=1, shapes=[0, 1], methods=["refit:auto:1"], trees=5,
                        updates=[("-", None, None)])
     runs = {(r["harvest"], r["method"], r["n_shapes"]) for r in records}
     assert runs == {(h, "refit:auto:1", n) for h in ("exhaustive", "top8") for n in (0, 1)}
+    # the weight chosen at every update: exhaustive's before N = 1, top8's after each shape
+    assert weighed == [1.0, 1.0, 1.0]
 
 
-def test_the_adaptive_harvest_records_what_the_adaptive_budget_benchmarks(case):
+def test_the_adaptive_harvest_records_what_the_adaptive_budget_benchmarks(case, monkeypatch):
     """--harvests adaptive: each harvested shape records the adaptive loop's benchmarks under
     the model of the moment (at least min_configs, at most the cap), learned shape after
     shape like the top8 harvest."""
     from experiments.learning_curve_report import CAP
     from experiments.learning_harvest import adaptive_rows
 
+    recorded, models = [], []
+
+    def spy(model, rows, budget, margin):
+        models.append(model)
+        recorded.append(adaptive_rows(model, rows, budget, margin))
+        assert budget.max_configs == CAP
+        return recorded[-1]
+
+    monkeypatch.setattr(lc, "adaptive_rows", spy)
     records = lc.curve(case, seeds=1, shapes=[0, 1, 2], methods=[lc.SHIPPED], trees=5,
                        updates=[("-", None, None)], harvests=["adaptive"])
     rows = {r["n_shapes"]: r["n_harvest_rows"] for r in records}
     assert {r["harvest"] for r in records} == {"adaptive"} and rows[0] == 0
-    assert 2 <= rows[1] <= CAP and rows[1] + 2 <= rows[2] <= 2 * CAP
+    assert rows[1] == len(recorded[0]) and rows[2] == len(recorded[0]) + len(recorded[1])
+    assert models[1] is not models[0]  # the second shape ranked by the model learned first
     model = lc.default_model(family="softmax", n_estimators=5).fit(case["train"])
     pool = case["pool"][case["pool"]["workload"] == case["pool"]["workload"].iloc[0]]
     taken = adaptive_rows(model, pool, lc.Adaptive(max_configs=3), margin=0.0)

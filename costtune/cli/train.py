@@ -129,7 +129,7 @@ def _train_harvested(data, *, dataset: Path, base: str, given: list[str]):
 
     from costtune.kernels import FAMILIES
     from costtune.model.files import kernel_dir
-    from costtune.model.learned import current_model, update
+    from costtune.model.learned import current_model, read_rows, teaching, update
 
     family = data["family"] if "family" in data else pd.Series(None, index=data.index)
     labelled = data[family.isin(FAMILIES)]
@@ -161,16 +161,20 @@ def _train_harvested(data, *, dataset: Path, base: str, given: list[str]):
             fail(f"--dataset {dataset}: {fn}: {exc}")
         if path is None:
             typer.echo(f"learned nothing for {fn} ({fam}, source {digest[:12]}, {device}): no "
-                       "shape of it has two configs measured yet (e.g. top_k=1 tunings), so "
-                       f"there is no order to learn; its rows are kept in {folder}")
+                       "shape of it in this store has two configs measured (e.g. top_k=1 "
+                       f"tunings), so there is no new order to learn; its rows are kept in "
+                       f"{folder}")
             continue
+        keys = ["workload", "config"]
+        taught = len(teaching(read_rows(folder))[keys].astype(str).merge(
+            group[keys].astype(str).drop_duplicates()))
         pointer = current_model(path.parent)
         record = pointer[1] if pointer else {}
         how = {"refit": "refitted from", "continue": "continued from"}.get(
             record.get("method"), "updated from")
         typer.echo(f"trained the per-kernel model of {fn} ({fam}, source {digest[:12]}, "
                    f"{device}; {how} {base}) on {record.get('workloads', '?')} workloads "
-                   f"({record.get('rows', '?')} rows, this store's {len(group)} among "
+                   f"({record.get('rows', '?')} rows, this store's {taught} among "
                    f"them) -> {path}")
     rest = rows[hashes == ""].drop(columns=["_name", "_hash", "_gpu"])
     if rest.empty:

@@ -80,7 +80,7 @@ def teaching(rows: pd.DataFrame) -> pd.DataFrame:
     (experiments/learn_user_kernels.py, tutorial 03 at k = 1) that alone took two of ten
     calls' picks from 0.987 / 0.988 of the best to 0.929 / 0.883."""
     workload = rows["workload"]
-    many = rows.groupby(workload)["config"].transform("size") >= 2
+    many = rows.groupby(workload)["config"].transform("nunique") >= 2
     measured = rows["status"].eq("ok").groupby(workload).transform("any")
     return rows[many & measured]
 
@@ -95,6 +95,13 @@ def base_top1(base: Any, rows: pd.DataFrame) -> float:
     scores = score(base, attach_features(rows, features=base.features))
     table = topk_table(rows, rankings_from_scores(rows, scores), ks=(1,))
     return float(topk_scores(table, ks=(1,), worst=(1,))["top1"])
+
+
+def _teaches(rows: pd.DataFrame, teach: pd.DataFrame) -> bool:
+    """Whether any of the new ``rows`` is among the ``teach`` rows (else a refit would fit
+    what the current model was fitted on, or nothing)."""
+    keys = rows[["workload", "config"]].astype(str).drop_duplicates()
+    return not keys.merge(teach[["workload", "config"]].astype(str)).empty
 
 
 def update_strength(base: Any, rows: pd.DataFrame) -> tuple[str, int, dict[str, Any]]:
@@ -212,8 +219,9 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
     stage-1 model does) and ``rounds`` is None, the model is refitted on that table and the
     kernel's rows (each of its workloads weighing ``REFIT_WEIGHT``); otherwise continued
     training adds ``rounds`` trees (None: ``update_strength``). Only the ``teaching`` rows
-    are learned from; when none is, the rows are kept, no model is written and None is
-    returned (the current model, if any, stays)."""
+    are learned from; when none of ``rows`` is among them (e.g. a top_k=1 tuning of a new
+    shape), the rows are kept, no model is written and None is returned (the current model,
+    if any, stays)."""
     from costtune.model.registry import load_model
     from costtune.store.locks import acquire
 
@@ -232,7 +240,7 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
         merged = merged.drop_duplicates(["workload", "config"], keep="last")
         merged = merged.reset_index(drop=True)
         teach = teaching(merged).reset_index(drop=True)
-        if teach.empty:  # nothing to rank yet: keep the rows for a later call's
+        if not _teaches(rows, teach):  # no order in them yet: keep them for a later call's
             _write_atomic(folder / ROWS, lambda p: merged.to_parquet(p, index=False))
             return None
         base_model = load_model(os.fspath(base) if not hasattr(base, "booster_") else base,
@@ -249,7 +257,9 @@ def update(folder: str | os.PathLike, rows: pd.DataFrame, *, base: Any = "h200",
                                params=params)
         stem = f"model-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         path = model.save(folder / stem)
-        # The rows only once a model was fitted on them: rows no fit can take are not kept.
+        # The rows only once a model was fitted on them: rows no fit can take are not kept
+        # (rows that teach nothing yet are kept above unfitted; they are fitted, and checked,
+        # once their shape has a second config).
         _write_atomic(folder / ROWS, lambda p: merged.to_parquet(p, index=False))
         record = {"model": stem, "base": base if isinstance(base, str) else "given",
                   "family": family, "method": method, "strength": strength,

@@ -2,8 +2,9 @@
 
 After each tuning call, the configs benchmarked (as ``costtune.harvest`` would store them)
 update the kernel's own model (``costtune.model.learned``: the model the pruner was given,
-refitted on its training table plus every row this kernel ever harvested on this GPU model,
-or, for a model without a table, continued on those rows), keyed by the kernel's function
+refitted on its training table plus every row this kernel ever harvested on this GPU model
+that has an order to teach, a shape with two or more configs measured; or, for a model
+without a table, continued on those rows), keyed by the kernel's function
 name, a hash of its source and its JIT helpers' (an edited kernel or helper starts afresh)
 and the GPU's name. Later tuning calls of the same kernel, in this process or a new one,
 rank with it (the pruner loads it through ``costtune.model.registry``). A kernel that does
@@ -313,8 +314,9 @@ def _learn(batch: list) -> None:
             continue
         for learner in learners:
             if path is None:
+                stage = "stage 2: " if folder.name == STAGE2 else ""
                 learner._skipped.append(
-                    f"{family}: no tuning of this kernel benchmarked two configs of one "
-                    "shape yet (e.g. top_k=1), so there is no order to learn; its rows are kept")
+                    f"{stage}{family}: these tunings measured no shape at two or more configs "
+                    "(e.g. top_k=1), so there is no new order to learn; their rows are kept")
             else:
                 learner._updated.append(path)
