@@ -132,8 +132,7 @@ def report(methods: pd.DataFrame, spaces: pd.DataFrame, raw: Path = RAW) -> list
              "## Summary over shapes", "", harness.md_table(summary, floatfmt=".3f"), "",
              "Configs each method kept, mean over shapes (the hook keeps more than k where "
              "the model may not apply: an untrained value, a doubt, another GPU than the "
-             "model's):", "", measured_n.reset_index().to_markdown(index=False,
-                                                                   floatfmt=".1f"), "",
+             "model's):", "", harness.md_table(measured_n.reset_index(), floatfmt=".1f"), "",
              "## Per shape", "", harness.md_table(flat.reset_index(), floatfmt=".3f"), "",
              "Stage 2 compiled: " + ", ".join(f"{s} {v}" for s, v in kernels.items()) + ".", ""]
     if len(replaced):

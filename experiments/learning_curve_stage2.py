@@ -53,7 +53,6 @@ from costtune.evaluate.metrics import (  # noqa: E402
     workload_positions,
 )
 from costtune.features.static import static_features  # noqa: E402
-from costtune.model.learned import fit_update  # noqa: E402
 from costtune.model.training import TrainingTable  # noqa: E402
 from costtune.tune.ranking import stage2_kind  # noqa: E402
 from experiments import harness  # noqa: E402
@@ -104,7 +103,7 @@ def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int],
             if n > len(order):
                 continue
             taken = case["pool"][case["pool"]["workload"].isin(order[:n])]
-            m1 = fit_update(base1, taken, method="refit", table=table1) if n else base1
+            m1 = lc.update(base1, taken, "refit", {}, table=table1) if n else base1
             m2 = {m: _updated(base2, taken, m, table2) if n else base2 for m in stage2}
             for suite, rows in parts.items():
                 if suite == "pool":
@@ -119,9 +118,8 @@ def curve(case: dict, others: pd.DataFrame, *, seeds: int, shapes: list[int],
 
 
 def _updated(base, taken: pd.DataFrame, method: str, table):
-    name, opts = method_of(method)
-    return fit_update(base, taken, method=name, **({"table": table, **opts}
-                                                   if name == "refit" else {}))
+    name, opts = method_of(method)  # learned as learn=True learns (lc.update)
+    return lc.update(base, taken, name, opts, **({"table": table} if name == "refit" else {}))
 
 
 def _scored(rows: pd.DataFrame, feats: pd.DataFrame, m1, m2: dict, *, base: dict

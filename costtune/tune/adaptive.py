@@ -234,7 +234,7 @@ def replay_workload(rows: Any, scores: np.ndarray, *, budget: Adaptive,
     from costtune.evaluate.metrics import true_times
 
     times = true_times(rows)
-    result = replay_search(rows, scores, budget=budget, margin=margin, params=params)
+    result = _replay(rows, times, scores, budget=budget, margin=margin, params=params)
     found = min(result.times) if result.times else math.inf
     return float(times.min()), found, len(result.measured) + len(result.failed)
 
@@ -246,8 +246,12 @@ def replay_search(rows: Any, scores: np.ndarray, *, budget: Adaptive, margin: fl
     parameters (``search_params``)."""
     from costtune.evaluate.metrics import true_times
 
-    times = true_times(rows)
-    params = search_params(rows) if params is None else params
+    return _replay(rows, true_times(rows), scores, budget=budget, margin=margin,
+                   params=search_params(rows) if params is None else params)
+
+
+def _replay(rows: Any, times: np.ndarray, scores: np.ndarray, *, budget: Adaptive,
+            margin: float | None, params: Sequence[str]) -> AdaptiveResult:
     values = [{p: _native(v) for p, v in zip(params, rec) if not _missing(v)}
               for rec in rows[list(params)].itertuples(index=False, name=None)]
     return search(scores, lambda i: times[i], budget=budget, margin=margin,
